@@ -1,0 +1,27 @@
+"""The F-TIS algorithm core: pure functions over tensors (DESIGN.md §2 is normative).
+
+Files:
+- ``types.py``       ``LossInputs``, ``LossParams``, ``LossMetrics``, ``LossOutputs``: what goes in and out.
+- ``advantages.py``  vertical group advantages (std or mean-only) and zero-variance groups.
+- ``terms.py``       the building blocks: masked means, the detached truncated IS weight, the k3
+                     divergence per completion, the filter (rules "or" and "and"), the clipped surrogate.
+- ``variants.py``    ``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` and the one table that names them.
+
+Nothing here reads a config object, logs, calls ``.item()`` or does I/O: tensors and floats in,
+a small dataclass out.
+"""
+
+from ftis.node.loss.advantages import GroupAdvantages, group_advantages
+from ftis.node.loss.types import LossInputs, LossMetrics, LossOutputs, LossParams
+from ftis.node.loss.variants import LOSS_VARIANTS, compute_loss
+
+__all__ = [
+    "LOSS_VARIANTS",
+    "GroupAdvantages",
+    "LossInputs",
+    "LossMetrics",
+    "LossOutputs",
+    "LossParams",
+    "compute_loss",
+    "group_advantages",
+]

@@ -1,0 +1,45 @@
+"""Vertical group advantages: Â_i = (r_i − mean(r)) / (std(r) + 1e-6) over the whole group.
+
+The group is every completion sharing a ``group_id``, including the ones the filter will drop
+(DESIGN §2). ``std`` is the sample standard deviation (Bessel's correction), as ``torch.std`` and
+TRL's GRPO compute it. A group whose rewards are all equal teaches nothing and is skipped; a group
+of one completion is such a group.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ftis.node.loss.types import AdvantageNorm
+
+STD_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantages: Tensor  # (B,) Â_i; 0 in skipped groups
+    informative: Tensor  # (B,) bool, False for completions of zero-variance groups
+    zero_variance_groups: Tensor  # () int64, how many groups were skipped
+
+
+def group_advantages(rewards: Tensor, group_ids: Tensor, norm: AdvantageNorm = "std") -> GroupAdvantages:
+    rewards = rewards.detach().to(torch.float64)  # rewards carry no gradient; float64 keeps r - mean exact
+    _, index = torch.unique(group_ids, return_inverse=True)  # (B,) group index 0..K-1
+    num_groups = int(index.max()) + 1 if index.numel() else 0
+    counts = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, index, torch.ones_like(rewards))
+    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, index, rewards)
+    mean = sums / counts  # (K,)
+    centered = rewards - mean[index]  # (B,)
+    highest = torch.full((num_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(0, index, rewards, "amax")
+    lowest = torch.full((num_groups,), torch.inf, dtype=torch.float64).scatter_reduce(0, index, rewards, "amin")
+    varied = highest > lowest  # (K,) exact comparison: equal rewards are exactly equal
+    if norm == "std":
+        squares = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, index, centered**2)
+        std = torch.sqrt(squares / (counts - 1).clamp(min=1))  # (K,) sample std
+        centered = centered / (std[index] + STD_EPS)
+    elif norm != "mean_only":
+        raise ValueError(f"advantage_norm must be 'std' or 'mean_only', got {norm!r}")
+    informative = varied[index]
+    advantages = torch.where(informative, centered, 0.0).to(torch.float32)
+    return GroupAdvantages(advantages, informative, (~varied).sum())

@@ -1,0 +1,75 @@
+"""The building blocks of every loss variant (DESIGN §2), each a pure function over tensors.
+
+Callers pass log-prob tensors already zeroed at padded positions (``variants.py`` does that first),
+so no NaN or inf from padding can reach a value or a gradient here.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ftis.node.loss.types import FilterRule
+
+
+def masked_mean_per_sequence(values: Tensor, mask: Tensor) -> Tensor:
+    """(B, T) -> (B,): mean over each row's masked tokens; 0 for a row with none."""
+    lengths = mask.sum(-1)  # (B,)
+    sums = torch.where(mask, values, 0.0).sum(-1)  # (B,)
+    return sums / lengths.clamp(min=1)
+
+
+def truncated_is_weight(old_logprobs: Tensor, sampler_logprobs: Tensor, clip_c: float) -> tuple[Tensor, Tensor]:
+    """w_t = min(exp(old_t − sampler_t), C), and where the truncation bit; both (B, T), no gradient.
+
+    The weight changes the measure the samples were drawn from, not the objective, so it is
+    detached: no gradient flows through it. It is computed in log space and capped before the
+    exponential, so a peer's absurd log-prob cannot overflow it (unless C is infinite).
+    """
+    log_ratio = (old_logprobs - sampler_logprobs).detach()  # (B, T)
+    log_c = math.log(clip_c) if clip_c > 0 else -math.inf
+    truncated = log_ratio > log_c
+    return torch.exp(log_ratio.clamp(max=log_c)), truncated
+
+
+def k3_divergence(sampler_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """D_i = masked mean over completion i's tokens of k3(x) = exp(x) − x − 1, x = sampler_t − old_t.
+
+    An estimate of how far this node's policy is from the generator's on this completion; (B,),
+    no gradient, 0 for a completion with no tokens.
+    """
+    x = (sampler_logprobs - old_logprobs).detach()  # (B, T)
+    return masked_mean_per_sequence(torch.expm1(x) - x, mask)
+
+
+@dataclass(frozen=True)
+class FilterDecision:
+    dropped: Tensor  # (B,) bool, keep_i = 0
+    by_advantage: Tensor  # (B,) bool, dropped and Â_i ≤ 0
+    by_divergence: Tensor  # (B,) bool, dropped and D_i > g
+
+
+def offpolicy_filter(
+    advantages: Tensor, divergence: Tensor, eligible: Tensor, threshold: float, rule: FilterRule
+) -> FilterDecision:
+    """Which eligible (off-policy) completions the filter drops.
+
+    "or" (default, the seed's rule): drop when Â_i ≤ 0 or D_i > g.
+    "and" (the released code's rule): drop when Â_i ≤ 0 and D_i > g.
+    Completions that are not eligible (this node's fresh samples) are never dropped.
+    """
+    non_positive = advantages <= 0
+    divergent = divergence > threshold
+    if rule == "or":
+        dropped = eligible & (non_positive & divergent)
+    elif rule == "and":
+        dropped = eligible & non_positive & divergent
+    else:
+        raise ValueError(f"filter_rule must be 'or' or 'and', got {rule!r}")
+    return FilterDecision(dropped, dropped & non_positive, dropped & divergent)
+
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, epsilon: float) -> Tensor:
+    """s_t = min(R_t Â_i, clip(R_t, 1 − ε, 1 + ε) Â_i); ratio (B, T), advantages (B, 1)."""
+    return torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)

@@ -1,0 +1,57 @@
+"""What the loss takes and returns.
+
+Shapes: B completions, padded to T tokens. Position (i, t) is the t-th *completion* token of
+completion i; prompt tokens are not in these tensors. ``loss_mask`` marks real tokens; padded
+positions may hold anything (even NaN or -inf) and never reach a value or a gradient.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+FilterRule = Literal["or", "and"]
+AdvantageNorm = Literal["std", "mean_only"]
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    logprobs: Tensor  # (B, T) log π_θ(a_t | p∘a_<t), this node's model, carries the gradient
+    old_logprobs: Tensor  # (B, T) log π_θold, this node's model before this optimisation step
+    sampler_logprobs: Tensor  # (B, T) log π_gen, the generator's log-prob of the token it sampled
+    loss_mask: Tensor  # (B, T) bool, True on completion tokens
+    rewards: Tensor  # (B,) float, recomputed by this (the receiving) node
+    group_ids: Tensor  # (B,) int64, completions with equal ids form one group
+    off_policy: Tensor  # (B,) bool, the completions the filter applies to: peers' samples and this
+    #                     node's stale ones (all of them when the node sets filter_local)
+
+
+@dataclass(frozen=True)
+class LossParams:
+    clip_c: float = 2.0  # C: TIS truncation of the weight exp(old - sampler); float("inf") disables it
+    epsilon: float = 0.2  # ε: PPO clip range [1 - ε, 1 + ε] of the ratio
+    divergence_threshold: float = 10.0  # g: an off-policy completion with D_i > g is filterable
+    filter_rule: FilterRule = "or"  # "or": drop if Â ≤ 0 or D > g; "and": drop if Â ≤ 0 and D > g
+    advantage_norm: AdvantageNorm = "std"  # "std": (r - mean) / (std + 1e-6); "mean_only": r - mean
+
+
+@dataclass(frozen=True)
+class LossMetrics:
+    """Scalar tensors (detached). Fractions of completions are over the N active completions,
+    fractions of tokens over their masked tokens; an empty set gives 0."""
+
+    num_sequences: Tensor  # N: completions in informative groups with at least one token
+    filtered_fraction: Tensor  # completions dropped by the filter
+    filtered_advantage_fraction: Tensor  # dropped, and Â ≤ 0 held
+    filtered_divergence_fraction: Tensor  # dropped, and D > g held
+    is_weight_mean: Tensor  # the IS weight the variant applies (see each variant)
+    is_weight_max: Tensor
+    truncated_fraction: Tensor  # tokens whose weight exp(old - sampler) exceeded C
+    divergence_mean: Tensor  # mean D_i over active off-policy completions
+    zero_variance_groups: Tensor  # groups skipped because all their rewards were equal
+
+
+@dataclass(frozen=True)
+class LossOutputs:
+    loss: Tensor  # () scalar, carries the gradient to ``logprobs``
+    metrics: LossMetrics

@@ -1,0 +1,43 @@
+"""ftis.protocol: the wire format nodes exchange rollouts in (DESIGN §3). Imports neither torch
+nor hivemind, so a dashboard or another implementation can use it alone.
+
+Files:
+- ``schema.py``   the decoded form: ``RolloutBatch`` → ``Group`` → ``Completion``, and their parts.
+- ``decode.py``   ``decode``, strict and total, and the wire layout of v1.
+- ``encode.py``   ``encode``, which validates by decoding what it produced.
+- ``columns.py``  the compressed token column: packed ids and quantised sampler log-probs, one zstd frame.
+- ``reader.py``   typed, strict access to decoded msgpack maps, naming each field's path.
+- ``limits.py``   every limit and constant of the format, named.
+- ``errors.py``   ``ProtocolError`` and its two kinds, ``DecodeError`` and ``EncodeError``.
+- ``summary.py``  a printable summary of a batch (used by ``ftis-node inspect``).
+"""
+
+from ftis.protocol.decode import decode
+from ftis.protocol.encode import encode
+from ftis.protocol.errors import DecodeError, EncodeError, ProtocolError
+from ftis.protocol.limits import PROTOCOL_VERSION
+from ftis.protocol.schema import (
+    Completion,
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Completion",
+    "DecodeError",
+    "EncodeError",
+    "Group",
+    "PolicyInfo",
+    "ProtocolError",
+    "RolloutBatch",
+    "SamplingSettings",
+    "TaskRef",
+    "TokenizerInfo",
+    "decode",
+    "encode",
+]

@@ -1,0 +1,267 @@
+"""Protocol-v1 decoding: strict and total.
+
+Wire form: a msgpack map ``{"v": 1, "kind": "batch", "body": {...}}``. The body is columnar, so
+decoding does a small, fixed amount of Python work per completion and none per token:
+
+    run_id, peer_id: str;  seq: int;  created_at: float (unix seconds)
+    policy:      {model: str, revision: str, adapter: "full"|"lora", policy_version: int}
+    tokenizer:   {fingerprint: str, vocab_size: int}
+    sampling:    {temperature: float, top_p: float, top_k: int, max_new_tokens: int}
+    groups:      {group_id: [str], dataset: [str], split: [str], index: [int], answer: [str],
+                  size: bin, prompt_length: bin}            one entry per group; bin = uint32 LE
+    completions: {length: bin (uint32 LE), reward: bin (float64 LE; the generator's, advisory),
+                  finish_reason: bin (uint8 index into FINISH_REASONS)}    one per completion
+    tokens:      {id_width: int, logprob_width: int, data: bin}   the token column (``columns.py``)
+
+Completions are listed group after group, in group order.
+Any malformed input raises ``DecodeError`` naming the field; nothing is built until every check
+has passed, so a caller never sees part of a batch.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from ftis.protocol.columns import dequantize_logprobs, id_width, unpack_columns
+from ftis.protocol.errors import DecodeError
+from ftis.protocol.limits import (
+    ADAPTERS,
+    FINISH_REASONS,
+    MAX_ANSWER_CHARS,
+    MAX_BATCH_TOKENS,
+    MAX_COMPLETION_TOKENS,
+    MAX_GROUP_SIZE,
+    MAX_GROUPS,
+    MAX_LOGPROB_WIDTH,
+    MAX_MAP_ENTRIES,
+    MAX_NAME_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_PROMPT_TOKENS,
+    MAX_VOCAB_SIZE,
+    SUPPORTED_VERSIONS,
+)
+from ftis.protocol.reader import FieldReader
+from ftis.protocol.schema import (
+    Completion,
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+)
+
+KIND_BATCH = "batch"
+_INT64_MAX = (1 << 63) - 1
+_MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
+
+
+def decode(data: bytes) -> RolloutBatch:
+    """The batch in ``data``."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError("payload", f"expected bytes, got {type(data).__name__}")
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise DecodeError("payload", f"{len(data)} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")
+    envelope = FieldReader(_unpack(data), "")
+    version = envelope.int("v", 0, _INT64_MAX)
+    if version not in SUPPORTED_VERSIONS:
+        raise DecodeError("v", f"unknown protocol version {version}; this build reads {sorted(SUPPORTED_VERSIONS)}")
+    kind = envelope.str("kind", MAX_NAME_CHARS)
+    if kind != KIND_BATCH:
+        raise DecodeError("kind", f"unknown message kind {kind!r}")
+    body = envelope.map("body")
+    envelope.done()
+    return _batch(body)
+
+
+def _unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            object_pairs_hook=_unique_keys,
+            max_str_len=4 * MAX_ANSWER_CHARS,
+            max_bin_len=MAX_PAYLOAD_BYTES,
+            max_array_len=MAX_GROUPS,
+            max_map_len=MAX_MAP_ENTRIES,
+            max_ext_len=0,
+        )
+    except DecodeError:
+        raise
+    except msgpack.ExtraData:
+        raise DecodeError("payload", "trailing bytes after the message") from None
+    except Exception as error:  # msgpack raises several types for malformed input; all mean the same
+        raise DecodeError("payload", f"not a valid msgpack message ({type(error).__name__}: {error})") from None
+
+
+def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise DecodeError("payload", "a map repeats a key")
+    return result
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The batch's groups and shape, read from its columns and checked, before any token is decoded."""
+
+    group_ids: list[str]  # (K,)
+    tasks: list[TaskRef]  # (K,)
+    group_sizes: np.ndarray  # (K,) int64
+    prompt_lengths: np.ndarray  # (K,) int64
+    completion_lengths: np.ndarray  # (N,) int64
+    rewards: np.ndarray  # (N,) float64
+    finish_codes: bytes  # (N,)
+
+    @property
+    def num_ids(self) -> int:
+        return int(self.prompt_lengths.sum() + self.completion_lengths.sum())
+
+    @property
+    def num_logprobs(self) -> int:
+        return int(self.completion_lengths.sum())
+
+
+def _batch(body: FieldReader) -> RolloutBatch:
+    run_id = body.str("run_id", MAX_NAME_CHARS)
+    peer_id = body.str("peer_id", MAX_NAME_CHARS)
+    seq = body.int("seq", 0, _INT64_MAX)
+    created_at = body.float("created_at", 0.0, _MAX_TIME)
+    policy = _policy(body.map("policy"))
+    tokenizer = _tokenizer(body.map("tokenizer"))
+    sampling = _sampling(body.map("sampling"))
+    layout = _layout(body.map("groups"), body.map("completions"), sampling.max_new_tokens)
+    tokens = body.map("tokens")
+    ids_width = tokens.int("id_width", 1, 3)
+    if ids_width != id_width(tokenizer.vocab_size):
+        raise DecodeError(tokens.path("id_width"), f"must be {id_width(tokenizer.vocab_size)} for this vocab_size")
+    q_width = tokens.int("logprob_width", 1, MAX_LOGPROB_WIDTH)
+    data = tokens.bytes("data", MAX_PAYLOAD_BYTES)
+    tokens.done()
+    body.done()
+    ids, q = unpack_columns(tokens.path("data"), data, layout.num_ids, layout.num_logprobs, ids_width, q_width)
+    _check_vocab(ids, layout, tokenizer.vocab_size)
+    groups = _build_groups(layout, ids, dequantize_logprobs(q))
+    return RolloutBatch(run_id, peer_id, seq, created_at, policy, tokenizer, sampling, groups)
+
+
+def _policy(reader: FieldReader) -> PolicyInfo:
+    result = PolicyInfo(
+        model=reader.str("model", MAX_NAME_CHARS),
+        revision=reader.str("revision", MAX_NAME_CHARS, allow_empty=True),
+        adapter=reader.choice("adapter", ADAPTERS),
+        policy_version=reader.int("policy_version", 0, _INT64_MAX),
+    )
+    reader.done()
+    return result
+
+
+def _tokenizer(reader: FieldReader) -> TokenizerInfo:
+    result = TokenizerInfo(
+        fingerprint=reader.str("fingerprint", MAX_NAME_CHARS),
+        vocab_size=reader.int("vocab_size", 1, MAX_VOCAB_SIZE),
+    )
+    reader.done()
+    return result
+
+
+def _sampling(reader: FieldReader) -> SamplingSettings:
+    result = SamplingSettings(
+        temperature=reader.float("temperature", 1e-6, 1e3),
+        top_p=reader.float("top_p", 1e-9, 1.0),
+        top_k=reader.int("top_k", 0, MAX_VOCAB_SIZE),
+        max_new_tokens=reader.int("max_new_tokens", 1, MAX_COMPLETION_TOKENS),
+    )
+    reader.done()
+    return result
+
+
+def _column(reader: FieldReader, key: str, dtype: str, count: int) -> np.ndarray:
+    itemsize = np.dtype(dtype).itemsize
+    raw = reader.bytes(key, itemsize * count)
+    if len(raw) != itemsize * count:
+        raise DecodeError(reader.path(key), f"holds {len(raw)} bytes, expected {count} values of {itemsize} bytes")
+    return np.frombuffer(raw, dtype)
+
+
+def _in_range(reader: FieldReader, key: str, values: np.ndarray, low: int, high: int) -> None:
+    if values.size and (values.min() < low or values.max() > high):
+        raise DecodeError(reader.path(key), f"every value must be in [{low}, {high}]")
+
+
+def _layout(groups: FieldReader, completions: FieldReader, max_new_tokens: int) -> _Layout:
+    group_ids = groups.list("group_id", 1, MAX_GROUPS)
+    k = len(group_ids)
+    groups.str_list("group_id", k, MAX_NAME_CHARS)
+    if len(set(group_ids)) != k:
+        raise DecodeError(groups.path("group_id"), "group ids must be unique within a batch")
+    tasks = [
+        TaskRef(dataset, split, index, answer)
+        for dataset, split, index, answer in zip(
+            groups.str_list("dataset", k, MAX_NAME_CHARS),
+            groups.str_list("split", k, MAX_NAME_CHARS, allow_empty=True),
+            groups.int_list("index", k, 0, _INT64_MAX),
+            groups.str_list("answer", k, MAX_ANSWER_CHARS, allow_empty=True),
+            strict=True,
+        )
+    ]
+    group_sizes = _column(groups, "size", "<u4", k).astype(np.int64)
+    _in_range(groups, "size", group_sizes, 1, MAX_GROUP_SIZE)
+    prompt_lengths = _column(groups, "prompt_length", "<u4", k).astype(np.int64)
+    _in_range(groups, "prompt_length", prompt_lengths, 1, MAX_PROMPT_TOKENS)
+    groups.done()
+    n = int(group_sizes.sum())
+    completion_lengths = _column(completions, "length", "<u4", n).astype(np.int64)
+    _in_range(completions, "length", completion_lengths, 1, max_new_tokens)
+    rewards = _column(completions, "reward", "<f8", n)
+    if not np.all(np.isfinite(rewards)):
+        raise DecodeError(completions.path("reward"), "rewards must be finite")
+    finish_codes = _column(completions, "finish_reason", "u1", n)
+    _in_range(completions, "finish_reason", finish_codes, 0, len(FINISH_REASONS) - 1)
+    completions.done()
+    layout = _Layout(group_ids, tasks, group_sizes, prompt_lengths, completion_lengths, rewards, finish_codes.tobytes())
+    if layout.num_ids > MAX_BATCH_TOKENS:
+        raise DecodeError(completions.path("length"), f"{layout.num_ids} tokens is over the {MAX_BATCH_TOKENS} limit")
+    return layout
+
+
+def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
+    bad = np.flatnonzero(ids >= vocab_size)
+    if not bad.size:
+        return
+    # Name the group holding the first offending id: groups are laid out one after another.
+    group_ends = np.cumsum(layout.prompt_lengths + np.add.reduceat(layout.completion_lengths,
+                                                                  np.cumsum(layout.group_sizes) - layout.group_sizes))
+    g = int(np.searchsorted(group_ends, bad[0], side="right"))
+    raise DecodeError(
+        f"body.tokens.data (group {g}, {layout.group_ids[g]!r})",
+        f"token id {int(ids[bad[0]])} is not below vocab_size={vocab_size}",
+    )
+
+
+def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tuple[Group, ...]:
+    ids.flags.writeable = False  # the completions' arrays are views of these two
+    logprobs.flags.writeable = False
+    lengths = layout.completion_lengths.tolist()
+    rewards = layout.rewards.tolist()
+    finish = [FINISH_REASONS[code] for code in layout.finish_codes]
+    groups = []
+    id_at = lp_at = c = 0
+    for group_id, task, size, prompt_length in zip(
+        layout.group_ids, layout.tasks, layout.group_sizes.tolist(), layout.prompt_lengths.tolist(), strict=True
+    ):
+        prompt_ids = ids[id_at : id_at + prompt_length]
+        id_at += prompt_length
+        completions = []
+        for length, reward, finish_reason in zip(lengths[c : c + size], rewards[c : c + size], finish[c : c + size],
+                                                 strict=True):
+            completions.append(Completion(ids[id_at : id_at + length], logprobs[lp_at : lp_at + length],
+                                          reward, finish_reason))
+            id_at += length
+            lp_at += length
+        c += size
+        groups.append(Group(group_id, task, prompt_ids, tuple(completions)))
+    return tuple(groups)

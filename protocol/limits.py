@@ -1,0 +1,26 @@
+"""Named limits of protocol v1. The decoder refuses anything beyond them before building anything;
+the transport refuses a payload over ``MAX_PAYLOAD_BYTES`` before reading it."""
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024  # one encoded batch
+MAX_GROUPS = 4096  # groups in one batch
+MAX_GROUP_SIZE = 512  # completions in one group (G)
+MAX_PROMPT_TOKENS = 32_768
+MAX_COMPLETION_TOKENS = 32_768
+MAX_BATCH_TOKENS = 8 * 1024 * 1024  # prompt + completion tokens in one batch
+MAX_VOCAB_SIZE = 1 << 24  # token ids travel in at most 3 bytes
+MAX_NAME_CHARS = 256  # run, peer, group ids, model names, dataset names, fingerprints
+MAX_ANSWER_CHARS = 4096  # a task's gold answer
+MAX_MAP_ENTRIES = 32  # keys in any map of the schema
+
+# Sampler log-probs travel quantised: q = round(-logprob / LOGPROB_STEP) as an unsigned integer of
+# 1 to 3 bytes, so the absolute error is at most LOGPROB_STEP / 2 < 1e-3 (DESIGN §3: an error of
+# 1e-3 moves an IS ratio by 0.1%).
+LOGPROB_STEP = 2.0**-9
+MAX_LOGPROB_WIDTH = 3
+MIN_LOGPROB = -((1 << (8 * MAX_LOGPROB_WIDTH)) - 1) * LOGPROB_STEP  # about -32768
+
+FINISH_REASONS = ("stop", "length")  # wire code = index
+ADAPTERS = ("full", "lora")

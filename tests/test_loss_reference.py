@@ -1,0 +1,264 @@
+"""The five loss variants against the obvious slow one: a per-token Python loop written from DESIGN §2.
+
+Run: python -m pytest tests/test_loss_reference.py -q
+
+``naive_loss`` below never calls the implementation's helpers. It walks the completions and tokens
+one at a time, computes each group's mean and sample std by hand, and builds the loss from scalar
+torch ops on single elements of ``logprobs`` (everything else is a Python float), so autograd gives
+the reference gradient. Padded positions are never read, which is what "unpadded" means here: the
+batches below put NaN and -inf there and the implementation must not notice.
+"""
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, compute_loss
+
+VARIANTS = ["nois", "vis", "tis", "ftis", "fvis"]
+STD_EPS = 1e-6
+
+
+@dataclass
+class Naive:
+    loss: torch.Tensor  # () float64, a function of logprobs
+    metrics: dict[str, float]
+
+
+def k3(x: float) -> float:
+    return math.exp(x) - x - 1
+
+
+def naive_loss(variant: str, inputs: LossInputs, params: LossParams) -> Naive:
+    """L = −(1/N) Σ_i (1/|a_i|) Σ_t w_t · s_t · keep_i, one completion and one token at a time."""
+    B, T = inputs.loss_mask.shape
+    tokens = [[t for t in range(T) if inputs.loss_mask[i, t]] for i in range(B)]
+    old = [[float(inputs.old_logprobs[i, t]) for t in range(T)] for i in range(B)]
+    sampler = [[float(inputs.sampler_logprobs[i, t]) for t in range(T)] for i in range(B)]
+
+    # Group advantages over every member of the group, sample std (divide by n - 1).
+    members: dict[int, list[int]] = {}
+    for i in range(B):
+        members.setdefault(int(inputs.group_ids[i]), []).append(i)
+    advantage = [0.0] * B
+    informative = [False] * B
+    zero_variance_groups = 0
+    for group in members.values():
+        rewards = [float(inputs.rewards[i]) for i in group]
+        if all(r == rewards[0] for r in rewards):
+            zero_variance_groups += 1
+            continue
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+        for i, r in zip(group, rewards, strict=True):
+            informative[i] = True
+            advantage[i] = (r - mean) / (std + STD_EPS) if params.advantage_norm == "std" else r - mean
+
+    active = [informative[i] and len(tokens[i]) > 0 for i in range(B)]
+    n = sum(active)
+    divergence = [
+        sum(k3(sampler[i][t] - old[i][t]) for t in tokens[i]) / len(tokens[i]) if tokens[i] else 0.0
+        for i in range(B)
+    ]
+    eligible = [active[i] and bool(inputs.off_policy[i]) for i in range(B)]
+    g = params.divergence_threshold
+    dropped = [False] * B
+    if variant in ("ftis", "fvis"):
+        for i in range(B):
+            bad, far = advantage[i] <= 0, divergence[i] > g
+            dropped[i] = eligible[i] and ((bad or far) if params.filter_rule == "or" else (bad and far))
+
+    lo, hi = 1 - params.epsilon, 1 + params.epsilon
+    total = torch.zeros((), dtype=torch.float64)
+    weights, truncated = [], 0  # over the masked tokens of active completions
+    for i in range(B):
+        if not active[i]:
+            continue
+        sequence = torch.zeros((), dtype=torch.float64)
+        for t in tokens[i]:
+            logprob = inputs.logprobs[i, t].double()
+            if variant in ("vis", "fvis"):
+                ratio = torch.exp(logprob - sampler[i][t])
+                w = 1.0
+                weights.append(float(ratio.detach()))
+            else:
+                ratio = torch.exp(logprob - old[i][t])
+                w = 1.0
+                if variant in ("tis", "ftis"):
+                    raw = math.exp(old[i][t] - sampler[i][t])
+                    truncated += raw > params.clip_c
+                    w = min(raw, params.clip_c)
+                weights.append(w)
+            clipped_ratio = lo if ratio < lo else hi if ratio > hi else ratio
+            s = min(ratio * advantage[i], clipped_ratio * advantage[i])
+            sequence = sequence + w * s
+        if not dropped[i]:
+            total = total + sequence / len(tokens[i])
+    loss = -total / max(n, 1)
+
+    per_sequence = max(n, 1)
+    eligible_d = [divergence[i] for i in range(B) if eligible[i]]
+    metrics = {
+        "num_sequences": float(n),
+        "filtered_fraction": sum(dropped) / per_sequence,
+        "filtered_advantage_fraction": sum(d and advantage[i] <= 0 for i, d in enumerate(dropped)) / per_sequence,
+        "filtered_divergence_fraction": sum(d and divergence[i] > g for i, d in enumerate(dropped)) / per_sequence,
+        "is_weight_mean": sum(weights) / len(weights) if weights else 0.0,
+        "is_weight_max": max(weights) if weights else 0.0,
+        "truncated_fraction": truncated / len(weights) if weights else 0.0,
+        "divergence_mean": sum(eligible_d) / len(eligible_d) if eligible_d else 0.0,
+        "zero_variance_groups": float(zero_variance_groups),
+    }
+    return Naive(loss, metrics)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batches. Only differences of log-probs matter, so each batch is written as
+#   delta = logprobs − old   (the PPO ratio R = exp(delta); inside the clip range iff −0.223 < delta < 0.182)
+#   gap   = old − sampler    (the TIS weight exp(gap), truncated at C = 2 when gap > 0.693;
+#                             the divergence of a token is k3(−gap))
+# around an arbitrary old_logprobs. Padded positions get NaN and −inf.
+
+
+def _inputs(old, delta, gap, lengths, rewards, group_ids, off_policy) -> LossInputs:
+    B, T = old.shape
+    mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
+    garbage = torch.where(torch.arange(T)[None, :] % 2 == 0, torch.nan, -torch.inf).expand(B, T)
+
+    def pad(values):
+        return torch.where(mask, values, garbage).float()
+
+    return LossInputs(
+        logprobs=pad(old + delta).requires_grad_(),
+        old_logprobs=pad(old),
+        sampler_logprobs=pad(old - gap),
+        loss_mask=mask,
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        group_ids=torch.tensor(group_ids, dtype=torch.int64),
+        off_policy=torch.tensor(off_policy, dtype=torch.bool),
+    )
+
+
+def hand_batch() -> LossInputs:
+    """Four groups: two informative (ids 0, 7), one with equal rewards (3), one of a single completion (5)."""
+    delta = torch.tensor([
+        [0.00, 0.10, -0.10, 0.05],  # group 0: every ratio inside the clip range
+        [0.30, -0.40, 0.00, 0.00],  # ratios 1.35 and 0.67, outside on both sides
+        [0.15, 0.25, -0.30, 0.00],
+        [-0.05, 0.50, 0.00, 0.00],
+        [0.20, -0.20, 0.10, 0.00],  # group 7
+        [0.00, 0.00, 0.00, 0.00],  # no tokens at all
+        [-0.25, 0.05, 0.40, -0.15],
+        [0.10, 0.10, 0.00, 0.00],  # group 3: rewards all equal
+        [0.30, 0.00, 0.00, 0.00],
+        [0.10, -0.30, 0.20, 0.00],  # group 5: a single completion
+    ], dtype=torch.float64)  # fmt: skip
+    gap = torch.tensor([
+        [0.00, 0.00, 0.00, 0.00],  # own fresh sample: w = 1, D = 0
+        [1.00, 0.30, 0.00, 0.00],  # w = 2.72 (truncated to 2) and 1.35; D = 0.19
+        [-2.00, -1.50, 0.50, 0.00],  # w = 0.14, 0.22, 1.65; D = k3(2), k3(1.5), k3(-0.5): 2.3 > g
+        [3.00, 2.50, 0.00, 0.00],  # w truncated on both tokens; D = 1.6 > g
+        [-0.50, 0.20, 0.80, 0.00],
+        [0.00, 0.00, 0.00, 0.00],
+        [2.00, -3.00, 0.10, 0.90],  # D = 4.6 > g
+        [1.50, 1.50, 0.00, 0.00],
+        [-1.00, 0.00, 0.00, 0.00],
+        [0.40, 0.40, 0.40, 0.00],
+    ], dtype=torch.float64)  # fmt: skip
+    old = -1.0 - 0.25 * torch.arange(40, dtype=torch.float64).reshape(10, 4) % 3
+    return _inputs(
+        old,
+        delta,
+        gap,
+        lengths=[4, 2, 3, 2, 3, 0, 4, 2, 1, 3],
+        rewards=[1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.5],
+        group_ids=[0, 0, 0, 0, 7, 7, 7, 3, 3, 5],
+        off_policy=[False, True, True, True, True, True, False, True, True, True],
+    )
+
+
+def random_batch(seed: int, groups: int = 3, group_size: int = 4, T: int = 6) -> LossInputs:
+    """Dyadic rewards keep group means exact, so Â = 0 is exactly 0 in both computations."""
+    generator = torch.Generator().manual_seed(seed)
+    B = groups * group_size
+    scale = torch.tensor([0.1, 0.7, 2.5], dtype=torch.float64)[torch.randint(0, 3, (B,), generator=generator)]
+    choices = torch.tensor([0.0, 0.25, 0.5, 1.0])
+    return _inputs(
+        old=-3 * torch.rand(B, T, generator=generator, dtype=torch.float64) - 0.05,
+        delta=0.3 * torch.randn(B, T, generator=generator, dtype=torch.float64),
+        gap=scale[:, None] * torch.randn(B, T, generator=generator, dtype=torch.float64),
+        lengths=torch.randint(1, T + 1, (B,), generator=generator).tolist(),
+        rewards=choices[torch.randint(0, 4, (B,), generator=generator)].tolist(),
+        group_ids=torch.arange(groups).repeat_interleave(group_size).mul(11).tolist(),
+        off_policy=(torch.rand(B, generator=generator) < 0.6).tolist(),
+    )
+
+
+BATCHES = {"hand": hand_batch, "random0": lambda: random_batch(0), "random1": lambda: random_batch(1),
+           "random2": lambda: random_batch(2, groups=4, group_size=3, T=5)}
+PARAMS = {
+    f"{rule}-{norm}": LossParams(clip_c=2.0, epsilon=0.2, divergence_threshold=1.0, filter_rule=rule,
+                                 advantage_norm=norm)
+    for rule in ("or", "and")
+    for norm in ("std", "mean_only")
+}
+
+
+def _gradient(loss: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    if not loss.requires_grad:  # every token clipped or dropped: nothing depends on logprobs
+        return torch.zeros_like(logprobs)
+    (grad,) = torch.autograd.grad(loss, logprobs, allow_unused=True)
+    return torch.zeros_like(logprobs) if grad is None else grad
+
+
+@pytest.mark.parametrize("params_name", PARAMS)
+@pytest.mark.parametrize("batch_name", BATCHES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matches_naive_loop(variant: str, batch_name: str, params_name: str) -> None:
+    inputs, params = BATCHES[batch_name](), PARAMS[params_name]
+    expected = naive_loss(variant, inputs, params)
+    expected_grad = _gradient(expected.loss, inputs.logprobs)
+
+    out = compute_loss(variant, inputs, params)
+    grad = _gradient(out.loss, inputs.logprobs)
+
+    assert out.loss.dtype == torch.float32 and out.loss.shape == ()
+    torch.testing.assert_close(out.loss.double(), expected.loss.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, expected_grad.float(), rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(grad).all()
+    for name, value in expected.metrics.items():
+        assert float(getattr(out.metrics, name)) == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def test_batches_exercise_every_branch() -> None:
+    """Guards the comparison above against vacuity: the batches reach every branch of the math."""
+    seen = {name: set() for name in ("ratio", "weight", "dropped", "kept_off_policy")}
+    for make in BATCHES.values():
+        inputs = make()
+        mask = inputs.loss_mask
+        log_ratio = (inputs.logprobs - inputs.old_logprobs).detach()[mask]
+        seen["ratio"] |= {"below" if x < math.log(0.8) else "above" if x > math.log(1.2) else "inside"
+                          for x in log_ratio.tolist()}
+        log_weight = (inputs.old_logprobs - inputs.sampler_logprobs)[mask]
+        seen["weight"] |= {"truncated" if x > math.log(2.0) else "kept" for x in log_weight.tolist()}
+        for name, params in PARAMS.items():
+            metrics = naive_loss("ftis", inputs, params).metrics
+            if metrics["filtered_advantage_fraction"] > 0:
+                seen["dropped"].add(f"{params.filter_rule}-advantage")
+            if metrics["filtered_divergence_fraction"] > 0:
+                seen["dropped"].add(f"{params.filter_rule}-divergence")
+            if name == "or-std" and metrics["filtered_fraction"] < metrics["num_sequences"]:
+                seen["kept_off_policy"].add("yes")
+    assert seen["ratio"] == {"below", "inside", "above"}
+    assert seen["weight"] == {"truncated", "kept"}
+    assert seen["dropped"] == {"or-advantage", "or-divergence", "and-advantage", "and-divergence"}
+    assert seen["kept_off_policy"] == {"yes"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_functions_equal_compute_loss(variant: str) -> None:
+    inputs, params = hand_batch(), PARAMS["or-std"]
+    direct = LOSS_VARIANTS[variant](inputs, params)
+    assert torch.equal(direct.loss, compute_loss(variant, inputs, params).loss)
