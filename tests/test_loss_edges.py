@@ -247,3 +247,26 @@ def test_dropped_completion_with_absurd_logprob_stays_finite(variant: str, rule:
     assert torch.equal(grad[:2], torch.zeros(2, 2))
     assert float(out.metrics.filtered_fraction) == 0.5
     assert grad[2:].abs().min() > 0  # the kept rows still learn
+
+
+@pytest.mark.parametrize(("variant", "rule"), [("vis", "or"), ("vis", "and"), ("fvis", "and")])
+def test_kept_completion_with_absurd_sampler_logprob_has_finite_gradient(variant, rule):
+    # Row 0 has Â > 0 and a sampler log-prob of -1000, so R = π_θ/π_gen = e^1000 is far above 1 + ε:
+    # the surrogate is flat there (gradient exactly 0), and nothing may turn into inf · 0 = NaN.
+    logprobs = torch.zeros(4, 3, requires_grad=True)
+    sampler = torch.zeros(4, 3)
+    sampler[0] = -1000.0
+    inputs = LossInputs(
+        logprobs=logprobs,
+        old_logprobs=torch.zeros(4, 3),
+        sampler_logprobs=sampler,
+        loss_mask=torch.ones(4, 3, dtype=torch.bool),
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        group_ids=torch.zeros(4, dtype=torch.long),
+        off_policy=torch.ones(4, dtype=torch.bool),
+    )
+    out = compute_loss(variant, inputs, LossParams(filter_rule=rule))
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert torch.isfinite(logprobs.grad).all()
+    assert torch.equal(logprobs.grad[0], torch.zeros(3))

@@ -62,7 +62,7 @@ def offpolicy_filter(
     non_positive = advantages <= 0
     divergent = divergence > threshold
     if rule == "or":
-        dropped = eligible & (non_positive & divergent)
+        dropped = eligible & (non_positive | divergent)
     elif rule == "and":
         dropped = eligible & non_positive & divergent
     else:
@@ -70,6 +70,14 @@ def offpolicy_filter(
     return FilterDecision(dropped, dropped & non_positive, dropped & divergent)
 
 
-def clipped_surrogate(ratio: Tensor, advantages: Tensor, epsilon: float) -> Tensor:
-    """s_t = min(R_t Â_i, clip(R_t, 1 − ε, 1 + ε) Â_i); ratio (B, T), advantages (B, 1)."""
+def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, epsilon: float) -> Tensor:
+    """s_t = min(R_t Â_i, clip(R_t, 1 − ε, 1 + ε) Â_i) with R_t = exp(log_ratio); (B, T), advantages (B, 1).
+
+    Where the surrogate is flat in R (above 1 + ε for Â ≥ 0, below 1 − ε for Â ≤ 0) the log-ratio is
+    clamped before the exponential: value and gradient are unchanged, and a peer's absurd log-prob
+    cannot produce inf, whose product with a zero gradient would be NaN.
+    """
+    upper = torch.where(advantages >= 0, math.log1p(epsilon), math.inf)  # (B, 1)
+    lower = torch.where(advantages <= 0, math.log1p(-epsilon), -math.inf)  # (B, 1)
+    ratio = torch.exp(torch.clamp(log_ratio, min=lower, max=upper))
     return torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)

@@ -100,8 +100,8 @@ def _finish(
     used = batch.mask & keep[:, None]  # (B, T) tokens that carry gradient
     # Only used tokens reach exp(): a dropped peer completion with an absurd log-prob must not
     # produce inf, since inf · 0 is NaN in both the value and the gradient.
-    ratio = torch.exp(torch.where(used, batch.logprobs - ratio_base, 0.0))  # (B, T)
-    per_token = weight * clipped_surrogate(ratio, batch.advantages[:, None], params.epsilon)
+    log_ratio = torch.where(used, batch.logprobs - ratio_base, 0.0)  # (B, T)
+    per_token = weight * clipped_surrogate(log_ratio, batch.advantages[:, None], params.epsilon)
     per_sequence = masked_mean_per_sequence(per_token, used)  # (B,)
     num_sequences = batch.active.sum()
     loss = -per_sequence.sum() / num_sequences.clamp(min=1)
@@ -137,41 +137,43 @@ def nois_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
                    truncated=never, decision=_no_filter(batch))
 
 
-def vis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """Vanilla IS: the ratio is taken to π_gen (with gradient), PPO-clipped, never truncated.
+def _vis(batch: _Batch, params: LossParams, decision: FilterDecision) -> LossOutputs:
+    """The ratio is taken to π_gen (with gradient), PPO-clipped, never truncated; w = 1. The reported
+    IS weight is that ratio, π_θ / π_gen, detached."""
+    ratio = torch.exp(torch.where(batch.mask, batch.logprobs.detach() - batch.sampler_logprobs, 0.0))
+    return _finish(batch, params, ratio_base=batch.sampler_logprobs, weight=torch.ones_like(ratio),
+                   reported_weight=ratio, truncated=torch.zeros_like(batch.mask), decision=decision)
 
-    The reported IS weight is that ratio, π_θ / π_gen, detached.
-    """
+
+def vis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
+    """Vanilla IS: the PPO ratio to the generator's policy instead of π_θold, no truncation."""
     batch = _prepare(inputs, params)
-    ones = torch.ones_like(batch.old_logprobs)
-    ratio = torch.exp(torch.where(batch.mask, batch.logprobs - batch.sampler_logprobs, 0.0))
-    return _finish(batch, params, ratio_base=batch.sampler_logprobs, weight=ones, reported_weight=ratio,
-                   truncated=torch.zeros_like(batch.mask), decision=_no_filter(batch))
+    return _vis(batch, params, _no_filter(batch))
+
+
+def _tis(batch: _Batch, params: LossParams, decision: FilterDecision) -> LossOutputs:
+    """w = min(π_θold / π_gen, C), detached, times the PPO surrogate against π_θold."""
+    weight, truncated = truncated_is_weight(batch.old_logprobs, batch.sampler_logprobs, params.clip_c)
+    return _finish(batch, params, ratio_base=batch.old_logprobs, weight=weight, reported_weight=weight,
+                   truncated=truncated, decision=decision)
 
 
 def tis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """Truncated IS: w = min(π_θold / π_gen, C), detached, times the PPO surrogate against π_θold."""
+    """Truncated IS, applied to every completion, without the filter."""
     batch = _prepare(inputs, params)
-    weight, truncated = truncated_is_weight(batch.old_logprobs, batch.sampler_logprobs, params.clip_c)
-    return _finish(batch, params, ratio_base=batch.old_logprobs, weight=weight, reported_weight=weight,
-                   truncated=truncated, decision=_no_filter(batch))
+    return _tis(batch, params, _no_filter(batch))
 
 
 def ftis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
     """F-TIS: TIS plus the filter on off-policy completions (the default)."""
     batch = _prepare(inputs, params)
-    weight, truncated = truncated_is_weight(batch.old_logprobs, batch.sampler_logprobs, params.clip_c)
-    return _finish(batch, params, ratio_base=batch.old_logprobs, weight=weight, reported_weight=weight,
-                   truncated=truncated, decision=_filter(batch, params))
+    return _tis(batch, params, _filter(batch, params))
 
 
 def fvis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
     """VIS plus the filter on off-policy completions."""
     batch = _prepare(inputs, params)
-    ones = torch.ones_like(batch.old_logprobs)
-    ratio = torch.exp(torch.where(batch.mask, batch.logprobs - batch.sampler_logprobs, 0.0))
-    return _finish(batch, params, ratio_base=batch.sampler_logprobs, weight=ones, reported_weight=ratio,
-                   truncated=torch.zeros_like(batch.mask), decision=_filter(batch, params))
+    return _vis(batch, params, _filter(batch, params))
 
 
 LossFunction = Callable[[LossInputs, LossParams], LossOutputs]

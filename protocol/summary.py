@@ -1,0 +1,42 @@
+"""A printable summary of a decoded batch: what ``ftis-node inspect`` shows."""
+
+from collections import Counter
+from datetime import UTC, datetime
+
+import numpy as np
+
+from ftis.protocol.schema import RolloutBatch
+
+
+def summarize(batch: RolloutBatch, payload_bytes: int) -> list[tuple[str, str]]:
+    """(label, value) rows describing ``batch``, whose encoded form was ``payload_bytes`` long."""
+    completions = [c for group in batch.groups for c in group.completions]
+    logprobs = np.concatenate([c.sampler_logprobs for c in completions])
+    rewards = np.array([c.reward for c in completions])
+    sizes = Counter(len(group.completions) for group in batch.groups)
+    finish = Counter(c.finish_reason for c in completions)
+    tokens = batch.num_completion_tokens
+    created = datetime.fromtimestamp(batch.created_at, UTC).isoformat(timespec="seconds")
+    policy = batch.policy
+    return [
+        ("run", batch.run_id),
+        ("peer", batch.peer_id),
+        ("sequence", str(batch.seq)),
+        ("created", created),
+        ("policy", f"{policy.model}{'@' + policy.revision if policy.revision else ''} ({policy.adapter}), "
+                   f"version {policy.policy_version}"),
+        ("tokenizer", f"{batch.tokenizer.fingerprint} (vocab {batch.tokenizer.vocab_size})"),
+        ("sampling", f"temperature {batch.sampling.temperature:g}, top-p {batch.sampling.top_p:g}, "
+                     f"top-k {batch.sampling.top_k or 'off'}, max new tokens {batch.sampling.max_new_tokens}"),
+        ("groups", f"{len(batch.groups)} (sizes: {_counts(sizes)})"),
+        ("completions", f"{len(completions)} (finish: {_counts(finish)})"),
+        ("tokens", f"{tokens} completion + {batch.num_prompt_tokens} prompt"),
+        ("bytes", f"{payload_bytes} ({payload_bytes / tokens:.2f} per completion token)"),
+        ("log-probs", f"mean {logprobs.mean():.3f}, min {logprobs.min():.3f}, "
+                      f"{(logprobs >= -0.01).mean():.0%} of tokens ≥ -0.01"),
+        ("rewards (advisory)", f"mean {rewards.mean():.3f}, min {rewards.min():g}, max {rewards.max():g}"),
+    ]
+
+
+def _counts(counter: Counter) -> str:
+    return ", ".join(f"{key} (×{count})" for key, count in sorted(counter.items()))

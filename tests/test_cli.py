@@ -1,0 +1,96 @@
+"""The command line: instant help without heavy imports, version, and inspect of good and bad files."""
+
+import subprocess
+import sys
+
+import numpy as np
+from typer.testing import CliRunner
+
+from ftis.node.cli import app
+from ftis.protocol import (
+    PROTOCOL_VERSION,
+    Completion,
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+    encode,
+)
+
+runner = CliRunner()
+
+
+def _batch() -> RolloutBatch:
+    rng = np.random.default_rng(7)
+    groups = tuple(
+        Group(
+            group_id=f"peer-a/0/{g}",
+            task=TaskRef("gsm8k", "train", g, "18"),
+            prompt_ids=rng.integers(0, 500, 12),
+            completions=tuple(
+                Completion(rng.integers(0, 500, 30), -rng.exponential(0.4, 30), float(c % 2), "stop")
+                for c in range(4)
+            ),
+        )
+        for g in range(2)
+    )
+    return RolloutBatch(
+        run_id="demo",
+        peer_id="peer-a",
+        seq=5,
+        created_at=1_790_000_000.0,
+        policy=PolicyInfo("tiny-small", "", "full", 3),
+        tokenizer=TokenizerInfo("sha256:abc", 500),
+        sampling=SamplingSettings(1.0, 1.0, 0, 64),
+        groups=groups,
+    )
+
+
+def test_help_imports_neither_torch_nor_hivemind():
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from ftis.node.cli import app\n"
+        "result = CliRunner().invoke(app, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "assert 'inspect' in result.output\n"
+        "heavy = [m for m in ('torch', 'hivemind', 'transformers', 'vllm') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_version_names_package_and_protocol():
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("ftis-node ")
+    assert f"protocol v{PROTOCOL_VERSION}" in result.output
+
+
+def test_inspect_summarizes_a_batch(tmp_path):
+    path = tmp_path / "batch.msgpack"
+    data = encode(_batch())
+    path.write_bytes(data)
+    result = runner.invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "peer-a" in result.output
+    assert "tiny-small (full), version 3" in result.output
+    assert "2 (sizes: 4 (×2))" in result.output
+    assert "240 completion + 24 prompt" in result.output
+    assert f"{len(data)} ({len(data) / 240:.2f} per completion token)" in result.output
+
+
+def test_inspect_reports_the_typed_error_for_a_bad_batch(tmp_path):
+    path = tmp_path / "truncated.msgpack"
+    path.write_bytes(encode(_batch())[:-10])
+    result = runner.invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 1
+    assert "is not a valid batch: payload:" in result.output
+
+
+def test_inspect_of_a_missing_file_says_so(tmp_path):
+    result = runner.invoke(app, ["inspect", str(tmp_path / "nope.msgpack")])
+    assert result.exit_code == 2
+    assert "cannot read" in result.output
