@@ -14,6 +14,8 @@ MB/s on one core (README: wire size). Decoding never allocates more than the cou
 batch imply: the frame must declare exactly that size before it is inflated.
 """
 
+import threading
+
 import numpy as np
 import zstandard
 
@@ -21,6 +23,7 @@ from ftis.protocol.errors import DecodeError, EncodeError
 from ftis.protocol.limits import LOGPROB_STEP, MIN_LOGPROB
 
 COMPRESSION_LEVEL = 3
+_local = threading.local()  # one ZstdDecompressor per thread: they are not thread-safe, and reuse saves ~5%
 
 
 def id_width(vocab_size: int) -> int:
@@ -42,7 +45,9 @@ def quantize_logprobs(field: str, logprobs: np.ndarray) -> np.ndarray:
 
 def dequantize_logprobs(q: np.ndarray) -> np.ndarray:
     """uint32 q -> float32 log-probs; exact, since q < 2^24 and the step is a power of two."""
-    return q.astype(np.float32) * np.float32(-LOGPROB_STEP)
+    logprobs = q.astype(np.float32)
+    logprobs *= np.float32(-LOGPROB_STEP)
+    return logprobs
 
 
 def logprob_width(q: np.ndarray) -> int:
@@ -58,14 +63,26 @@ def _pack(values: np.ndarray, width: int) -> bytes:
 def _unpack(raw: bytes, offset: int, count: int, width: int, dtype: type) -> np.ndarray:
     if width in (1, 2, 4):
         return np.frombuffer(raw, f"<u{width}", count=count, offset=offset).astype(dtype)
-    padded = np.zeros((count, 4), np.uint8)
-    padded[:, :width] = np.frombuffer(raw, np.uint8, count=count * width, offset=offset).reshape(count, width)
-    return padded.view("<u4").reshape(count).astype(dtype)
+    # Width 3, in one pass: read each value as the 4 bytes that start at it (a uint32 view that steps 3
+    # bytes) and mask off the 4th, which belongs to the next value. The last value's 4th byte lies past
+    # the end when nothing follows it, hence the padding byte. About 10x faster than copying into a
+    # zero-padded (count, 4) array.
+    assert width == 3, width
+    buffer = raw if offset + 3 * count < len(raw) else raw + b"\0"
+    values = np.ndarray((count,), "<u4", buffer, offset, (3,)).astype(dtype)
+    values &= 0xFFFFFF
+    return values
 
 
 def pack_columns(ids: np.ndarray, q: np.ndarray, ids_width: int, q_width: int) -> bytes:
     raw = _pack(ids, ids_width) + _pack(q, q_width)
     return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True).compress(raw)
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    if not hasattr(_local, "decompressor"):
+        _local.decompressor = zstandard.ZstdDecompressor()
+    return _local.decompressor
 
 
 def unpack_columns(
@@ -81,7 +98,7 @@ def unpack_columns(
     if declared != expected:
         raise DecodeError(field, f"declares {declared} bytes, the batch's counts imply {expected}")
     try:
-        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=expected, allow_extra_data=False)
+        raw = _decompressor().decompress(data, max_output_size=expected, allow_extra_data=False)
     except zstandard.ZstdError as error:
         raise DecodeError(field, f"corrupt zstd frame ({error})") from None
     if len(raw) != expected:

@@ -237,31 +237,34 @@ def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
                                                                   np.cumsum(layout.group_sizes) - layout.group_sizes))
     g = int(np.searchsorted(group_ends, bad[0], side="right"))
     raise DecodeError(
-        f"body.tokens.data (group {g}, {layout.group_ids[g]!r})",
-        f"token id {int(ids[bad[0]])} is not below vocab_size={vocab_size}",
+        "body.tokens.data",
+        f"token id {int(ids[bad[0]])} in group {g} ({layout.group_ids[g]!r}) is not below vocab_size={vocab_size}",
     )
 
 
 def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tuple[Group, ...]:
     ids.flags.writeable = False  # the completions' arrays are views of these two
     logprobs.flags.writeable = False
+    # Every start offset comes from cumsums over the counts, so the Python work left is one slice per
+    # array and one constructor per completion, in comprehensions: this function was half of the decode
+    # time as a loop that carried running offsets and built each completion with the dataclass __init__.
+    sizes, prompt_lengths = layout.group_sizes, layout.prompt_lengths
+    first = np.cumsum(sizes) - sizes  # (K,) each group's first completion
+    lp_starts = np.cumsum(layout.completion_lengths) - layout.completion_lengths  # (N,)
+    prompts_through = np.cumsum(prompt_lengths)  # (K,) prompt ids up to and including each group's
+    id_starts = lp_starts + np.repeat(prompts_through, sizes)  # (N,) where each completion's ids start
+    prompt_starts = lp_starts[first] + prompts_through - prompt_lengths  # (K,)
     lengths = layout.completion_lengths.tolist()
-    rewards = layout.rewards.tolist()
+    completion_ids = [ids[start : start + n] for start, n in zip(id_starts.tolist(), lengths, strict=True)]
+    completion_logprobs = [logprobs[start : start + n] for start, n in zip(lp_starts.tolist(), lengths, strict=True)]
     finish = [FINISH_REASONS[code] for code in layout.finish_codes]
-    groups = []
-    id_at = lp_at = c = 0
-    for group_id, task, size, prompt_length in zip(
-        layout.group_ids, layout.tasks, layout.group_sizes.tolist(), layout.prompt_lengths.tolist(), strict=True
-    ):
-        prompt_ids = ids[id_at : id_at + prompt_length]
-        id_at += prompt_length
-        completions = []
-        for length, reward, finish_reason in zip(lengths[c : c + size], rewards[c : c + size], finish[c : c + size],
-                                                 strict=True):
-            completions.append(Completion(ids[id_at : id_at + length], logprobs[lp_at : lp_at + length],
-                                          reward, finish_reason))
-            id_at += length
-            lp_at += length
-        c += size
-        groups.append(Group(group_id, task, prompt_ids, tuple(completions)))
-    return tuple(groups)
+    completions = list(
+        map(Completion._from_checked, completion_ids, completion_logprobs, layout.rewards.tolist(), finish)
+    )
+    prompts = [ids[start : start + n] for start, n in zip(prompt_starts.tolist(), prompt_lengths.tolist(), strict=True)]
+    return tuple(
+        Group(group_id, task, prompt_ids, tuple(completions[c : c + size]))
+        for group_id, task, prompt_ids, c, size in zip(
+            layout.group_ids, layout.tasks, prompts, first.tolist(), sizes.tolist(), strict=True
+        )
+    )

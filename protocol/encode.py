@@ -5,6 +5,7 @@ the vocabulary, mismatched lengths), then validates by decoding what it produced
 bytes that a peer would refuse; any failure is an ``EncodeError`` naming the field.
 """
 
+import numbers
 from typing import Any
 
 import msgpack
@@ -20,6 +21,8 @@ from ftis.protocol.schema import RolloutBatch
 def encode(batch: RolloutBatch) -> bytes:
     """The protocol-v1 bytes of ``batch``."""
     vocab_size = batch.tokenizer.vocab_size
+    if type(vocab_size) is not int:  # compared with every id below, so checked before decode would
+        raise EncodeError("tokenizer.vocab_size", f"expected an integer, got {type(vocab_size).__name__}")
     ids, quantized = [], []
     for g, group in enumerate(batch.groups):
         ids.append(_ids(f"groups[{g}].prompt_ids", group.prompt_ids, vocab_size))
@@ -30,6 +33,10 @@ def encode(batch: RolloutBatch) -> bytes:
             token_ids = _ids(f"{field}.token_ids", completion.token_ids, vocab_size)
             if np.shape(completion.sampler_logprobs) != token_ids.shape:
                 raise EncodeError(field, "token_ids and sampler_logprobs differ in length")
+            if np.asarray(completion.sampler_logprobs).dtype.kind not in "fiu":  # numpy would parse strings
+                raise EncodeError(f"{field}.sampler_logprobs", "must be an array of numbers")
+            if not isinstance(completion.reward, numbers.Real):  # likewise: "1.5" must not become 1.5
+                raise EncodeError(f"{field}.reward", f"expected a number, got {type(completion.reward).__name__}")
             ids.append(token_ids)
             quantized.append(quantize_logprobs(f"{field}.sampler_logprobs", completion.sampler_logprobs))
     all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
@@ -66,7 +73,7 @@ def encode(batch: RolloutBatch) -> bytes:
             "prompt_length": _u32([len(group.prompt_ids) for group in batch.groups]),
         },
         "completions": {
-            "length": _u32([c.num_tokens for c in completions]),
+            "length": _u32([len(c.token_ids) for c in completions]),  # len: _ids accepted any 1-D sequence
             "reward": np.array([c.reward for c in completions], "<f8").tobytes(),
             "finish_reason": bytes(FINISH_REASONS.index(c.finish_reason) for c in completions),
         },
@@ -77,7 +84,9 @@ def encode(batch: RolloutBatch) -> bytes:
         },
     }
     try:
-        data = msgpack.packb({"v": PROTOCOL_VERSION, "kind": KIND_BATCH, "body": body}, use_bin_type=True)
+        data = msgpack.packb(
+            {"v": PROTOCOL_VERSION, "kind": KIND_BATCH, "body": body}, use_bin_type=True, default=_numpy_scalar
+        )
     except (TypeError, ValueError, OverflowError) as error:  # a field of a type msgpack cannot carry
         raise EncodeError("batch", f"cannot be packed ({error})") from None
     try:
@@ -98,3 +107,12 @@ def _ids(field: str, values: Any, vocab_size: int) -> np.ndarray:
 
 def _u32(values: list[int]) -> bytes:
     return np.array(values, "<u4").tobytes()
+
+
+def _numpy_scalar(value: Any) -> int | float:
+    """Lets metadata be NumPy scalars (a generator's counters often are): they travel as plain numbers."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")

@@ -10,7 +10,7 @@ from ftis.protocol.errors import DecodeError
 class FieldReader:
     def __init__(self, value: Any, path: str):
         if not isinstance(value, dict):
-            raise DecodeError(path, f"expected a map, got {type(value).__name__}")
+            raise DecodeError(path or "envelope", f"expected a map, got {type(value).__name__}")
         self._map = value
         self._path = path
         self._seen: set[str] = set()

@@ -1,0 +1,346 @@
+"""Bytes per token and encode/decode speed of protocol v1's token column on realistic rollouts.
+
+Run (from the repo root):  python -m benchmarks.wire [--data PATH] [--quick]
+--data defaults to ../shared/data/gsm8k_test.jsonl (GSM8K test split, JSON lines with ``question``
+and ``answer``); --quick measures fewer batches with fewer repetitions and runs in a few seconds.
+
+Method:
+1. GSM8K problems split by index parity: the even half trains a byte-level BPE tokenizer (the
+   ``tokenizers`` library, asked for 16,384 tokens; the half is small, so it stops near 8k) and an
+   add-k bigram model; the odd half makes the rollouts. Calculator annotations (``<<6*2=12>>``) are
+   removed from solutions, as a model's output has none.
+2. Batches of 32 groups of G = 8: a group's prompt is one problem's question; its completions are 8
+   distinct worked solutions (the problem's own, then the next problems'), no solution twice in a
+   batch. Real samples of one question share more text than this, so the sizes are conservative.
+3. Two sampler log-prob streams, reported separately:
+   - LLM-like: an assumed mixture for a ~1.5B instruct model sampling GSM8K at T = 1, where most
+     tokens are near-certain: -logprob ~ Exp(mean 0.01) for 70% of tokens, Exp(0.7) for 25%,
+     Exp(3) for 5% (mean 0.33 nats/token), drawn independently per token.
+   - n-gram: the teacher-forced log-prob of each solution token under the add-k bigram model, so
+     log-probs correlate with the tokens as real ones do; far higher entropy than an LLM's (about 6
+     nats per token against 0.33).
+4. Two id layouts, both declared inside Qwen2.5's 151,936-token vocabulary (so ids travel in 3
+   bytes): the BPE tokenizer's own order (frequent merges get small ids, as in real vocabularies),
+   and a worst case where a random permutation scatters the ids over the whole vocabulary.
+5. Sizes are per completion token and count everything the column carries, prompt ids included
+   (once per group). Baselines carry the same content: the paper's plain uint32 ids + float32
+   log-probs (8 B per completion token computed; measured as packed arrays, prompt ids included)
+   and those arrays compressed by zstd at the same level. "msg" is the whole encoded message
+   (msgpack envelope and metadata included). Errors compare decoded log-probs with the float32 ones
+   that went in. Speeds are one core, the median over many calls of ``encode`` (which validates by
+   decoding) and ``decode`` ("best": the fastest decode, what a quiet machine approaches); MB/s is
+   of payload, the encoded message's bytes, and Mtok/s counts completion tokens.
+"""
+
+import argparse
+import json
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import zstandard
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from ftis.protocol import (
+    Completion,
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+    decode,
+    encode,
+)
+from ftis.protocol.columns import COMPRESSION_LEVEL, quantize_logprobs
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k_test.jsonl"
+QWEN_VOCAB_SIZE = 151_936
+BPE_VOCAB_SIZE = 16_384
+GROUP_SIZE = 8
+GROUPS_PER_BATCH = 32
+NGRAM_K = 0.01  # add-k smoothing: of 0.001 to 0.3, the value that fits the rollout half best
+LLM_MIXTURE = ((0.70, 0.01), (0.25, 0.7), (0.05, 3.0))  # (share of tokens, mean of -logprob)
+
+GOAL_BYTES_PER_TOKEN = 4.0
+GOAL_MAX_ERROR = 1e-3
+GOAL_DECODE_MB_S = 100.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    index: int  # row in the file
+    question: str
+    solution: str  # the worked solution, calculator annotations removed
+    answer: str  # the number after "####"
+
+
+def load_gsm8k(path: Path) -> list[Problem]:
+    if not path.is_file():
+        raise SystemExit(f"GSM8K not found at {path}: pass --data PATH (a JSON-lines file with question/answer)")
+    problems = []
+    for index, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        row = json.loads(line)
+        solution = re.sub(r"<<[^>]*>>", "", row["answer"])
+        problems.append(Problem(index, row["question"], solution, solution.rsplit("####", 1)[-1].strip()))
+    return problems
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE tokenizer, the kind Qwen and GPT use."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+class BigramModel:
+    """Add-k smoothed bigram over token ids: log P(b | a) = log((c(a, b) + k) / (c(a) + k·V)); the
+    first token of a sequence is conditioned on a start symbol (id V)."""
+
+    def __init__(self, sequences: list[np.ndarray], vocab_size: int, k: float):
+        self.vocab_size, self.k = vocab_size, k
+        previous = np.concatenate([self._previous(s) for s in sequences])
+        current = np.concatenate(sequences)
+        self.pairs, self.pair_counts = np.unique(previous * (vocab_size + 1) + current, return_counts=True)
+        self.context_counts = np.bincount(previous, minlength=vocab_size + 1)
+
+    def _previous(self, ids: np.ndarray) -> np.ndarray:
+        return np.concatenate([[self.vocab_size], ids[:-1]]).astype(np.int64)
+
+    def logprobs(self, ids: np.ndarray) -> np.ndarray:
+        previous = self._previous(ids)
+        pairs = previous * (self.vocab_size + 1) + ids
+        at = np.minimum(np.searchsorted(self.pairs, pairs), len(self.pairs) - 1)
+        counts = np.where(self.pairs[at] == pairs, self.pair_counts[at], 0)
+        probs = (counts + self.k) / (self.context_counts[previous] + self.k * self.vocab_size)
+        return np.log(probs).astype(np.float32)
+
+
+def llm_like_logprobs(rng: np.random.Generator, n: int) -> np.ndarray:
+    shares, means = zip(*LLM_MIXTURE, strict=True)
+    component = rng.choice(len(means), size=n, p=shares)
+    return (-rng.exponential(np.asarray(means)[component])).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One group's content before ids are laid out and log-probs drawn."""
+
+    problem: Problem
+    prompt_ids: np.ndarray  # (p,) BPE ids
+    solutions: list[int]  # G indices into the rollout half's solutions
+
+
+def plan_batches(problems: list[Problem], prompts: list[np.ndarray], num_batches: int) -> list[list[GroupPlan]]:
+    per_batch = GROUPS_PER_BATCH * GROUP_SIZE
+    assert per_batch <= len(problems), "a batch would hold one solution twice"
+    batches = []
+    for b in range(num_batches):
+        window = [(b * per_batch + j) % len(problems) for j in range(per_batch)]
+        batches.append([
+            GroupPlan(problems[window[g * GROUP_SIZE]], prompts[window[g * GROUP_SIZE]],
+                      window[g * GROUP_SIZE : (g + 1) * GROUP_SIZE])
+            for g in range(GROUPS_PER_BATCH)
+        ])
+    return batches
+
+
+def build_batch(seq: int, plan: list[GroupPlan], solutions: list[np.ndarray], id_map: np.ndarray,
+                logprobs: Callable[[int], np.ndarray]) -> RolloutBatch:
+    groups = []
+    for g, group in enumerate(plan):
+        completions = tuple(
+            Completion(id_map[solutions[s]], logprobs(s), reward=float(c % 3 == 0), finish_reason="stop")
+            for c, s in enumerate(group.solutions)
+        )
+        task = TaskRef("gsm8k", "test", group.problem.index, group.problem.answer)
+        groups.append(Group(f"{seq:08x}-{g:04x}-{group.problem.index:08x}", task, id_map[group.prompt_ids],
+                            completions))
+    return RolloutBatch(
+        run_id="gsm8k-wire-bench",
+        peer_id="12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo",  # a libp2p peer id's length
+        seq=seq,
+        created_at=1.7e9 + seq,
+        policy=PolicyInfo("Qwen/Qwen2.5-1.5B-Instruct", "9" * 40, "lora", seq),  # revision: a commit hash
+        tokenizer=TokenizerInfo("sha256:" + "5f" * 32, QWEN_VOCAB_SIZE),
+        sampling=SamplingSettings(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1024),
+        groups=tuple(groups),
+    )
+
+
+@dataclass
+class CaseResult:
+    ids: str
+    stream: str
+    completion_tokens: int = 0
+    column_bytes: int = 0  # protocol v1's token column
+    column_id_bytes: int = 0  # its ids and its log-probs compressed apart: where the bytes go
+    column_lp_bytes: int = 0
+    message_bytes: int = 0  # whole encoded messages
+    plain_bytes: int = 0  # uint32 ids + float32 log-probs, packed
+    plain_zstd_bytes: int = 0
+    max_error: float = 0.0
+    timed_bytes: int = 0
+    timed_tokens: int = 0
+    encode_s: float = 0.0  # sum over the timed batches of the median time of one call
+    decode_s: float = 0.0
+    decode_best_s: float = 0.0  # the same with the fastest call: what a quiet machine approaches
+
+    def per_token(self, num_bytes: int) -> float:
+        return num_bytes / self.completion_tokens
+
+    @property
+    def decode_mb_s(self) -> float:
+        return self.timed_bytes / self.decode_s / 1e6
+
+    def failures(self) -> list[str]:
+        checks = {
+            "size": self.per_token(self.column_bytes) <= GOAL_BYTES_PER_TOKEN,
+            "error": self.max_error <= GOAL_MAX_ERROR,
+            "speed": self.decode_mb_s >= GOAL_DECODE_MB_S,
+        }
+        return [name for name, ok in checks.items() if not ok]
+
+
+def call_seconds(fn: Callable[[], object], repeats: int) -> list[float]:
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def packed(values: np.ndarray, width: int) -> bytes:
+    """Values as the token column packs them: little-endian, ``width`` bytes each."""
+    return np.ascontiguousarray(values.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :width]).tobytes()
+
+
+def token_arrays(batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """All ids (prompts, then completions) and all sampler log-probs of a batch."""
+    completions = [c for group in batch.groups for c in group.completions]
+    ids = np.concatenate([g.prompt_ids for g in batch.groups] + [c.token_ids for c in completions])
+    return ids, np.concatenate([c.sampler_logprobs for c in completions])
+
+
+def measure_sizes(result: CaseResult, batch: RolloutBatch) -> None:
+    zstd = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
+    data = encode(batch)
+    ids, lps = token_arrays(batch)
+    got_ids, got_lps = token_arrays(decode(data))
+    assert np.array_equal(ids, got_ids), "ids changed in a round trip"
+    tokens = msgpack.unpackb(data)["body"]["tokens"]
+    q = quantize_logprobs("sampler_logprobs", lps)
+    plain = ids.astype("<u4").tobytes() + lps.astype("<f4").tobytes()
+    result.completion_tokens += batch.num_completion_tokens
+    result.column_bytes += len(tokens["data"])
+    result.column_id_bytes += len(zstd.compress(packed(ids, tokens["id_width"])))
+    result.column_lp_bytes += len(zstd.compress(packed(q, tokens["logprob_width"])))
+    result.message_bytes += len(data)
+    result.plain_bytes += len(plain)
+    result.plain_zstd_bytes += len(zstd.compress(plain))
+    result.max_error = max(result.max_error, float(np.abs(got_lps.astype(np.float64) - lps).max()))
+
+
+def measure_speed(result: CaseResult, batch: RolloutBatch, encode_repeats: int, decode_repeats: int) -> None:
+    data = encode(batch)
+    result.timed_bytes += len(data)
+    result.timed_tokens += batch.num_completion_tokens
+    result.encode_s += statistics.median(call_seconds(lambda: encode(batch), encode_repeats))
+    decode_times = call_seconds(lambda: decode(data), decode_repeats)
+    result.decode_s += statistics.median(decode_times)
+    result.decode_best_s += min(decode_times)
+
+
+def print_table(results: list[CaseResult]) -> None:
+    rows = [(
+        "ids", "log-probs", "v1 column (ids+lps)", "paper", "plain", "plain+zstd", "v1 msg", "max |err|",
+        "encode", "decode", "decode", "best", "goals",
+    ), (
+        "", "", "B/tok", "B/tok", "B/tok", "B/tok", "B/tok", "", "MB/s", "MB/s", "Mtok/s", "MB/s", "",
+    )]  # fmt: skip
+    for r in results:
+        b = r.per_token
+        failures = r.failures()
+        rows.append((
+            r.ids, r.stream, f"{b(r.column_bytes):.2f} ({b(r.column_id_bytes):.2f}+{b(r.column_lp_bytes):.2f})",
+            "8.00", f"{b(r.plain_bytes):.2f}", f"{b(r.plain_zstd_bytes):.2f}", f"{b(r.message_bytes):.2f}",
+            f"{r.max_error:.2e}", f"{r.timed_bytes / r.encode_s / 1e6:.1f}", f"{r.decode_mb_s:.1f}",
+            f"{r.timed_tokens / r.decode_s / 1e6:.1f}", f"{r.timed_bytes / r.decode_best_s / 1e6:.1f}",
+            "pass" if not failures else "FAIL " + ",".join(failures),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = [cell.ljust(w) if i < 2 or i == len(row) - 1 else cell.rjust(w) for i, (cell, w) in enumerate(
+            zip(row, widths, strict=True))]
+        print(" | ".join(cells).rstrip())
+        if n == 1:
+            print("-+-".join("-" * w for w in widths))
+    print(f"goals: v1 column ≤ {GOAL_BYTES_PER_TOKEN} B/token, max |err| ≤ {GOAL_MAX_ERROR}, "
+          f"decode ≥ {GOAL_DECODE_MB_S:.0f} MB/s of payload on one core (the median; best: the fastest call)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="GSM8K as JSON lines (question, answer)")
+    parser.add_argument("--quick", action="store_true", help="fewer batches and repetitions: a few seconds")
+    args = parser.parse_args()
+    num_batches, timed, encode_repeats, decode_repeats = (3, 1, 5, 20) if args.quick else (20, 4, 50, 300)
+
+    problems = load_gsm8k(args.data)
+    train, rollout = problems[0::2], problems[1::2]
+    tokenizer = train_tokenizer([p.question for p in train] + [p.solution for p in train], BPE_VOCAB_SIZE)
+    vocab = tokenizer.get_vocab_size()
+
+    def tokenize(texts: list[str]) -> list[np.ndarray]:
+        return [np.array(encoding.ids, np.int64) for encoding in tokenizer.encode_batch(texts)]
+
+    bigram = BigramModel(tokenize([p.solution for p in train]), vocab, NGRAM_K)
+    solutions = tokenize([p.solution for p in rollout])
+    ngram = [bigram.logprobs(s) for s in solutions]
+    plans = plan_batches(rollout, tokenize([p.question for p in rollout]), num_batches)
+    scattered = np.random.default_rng(0).permutation(QWEN_VOCAB_SIZE)[:vocab]
+    layouts = {"BPE order": np.arange(vocab), "scattered": scattered}
+
+    llm_sample, all_ngram = llm_like_logprobs(np.random.default_rng(0), 100_000), np.concatenate(ngram)
+    print(f"GSM8K {args.data}: {len(train)} problems train the tokenizer and bigram, {len(rollout)} make rollouts")
+    print(f"byte-level BPE: {vocab} tokens learned, ids declared in a {QWEN_VOCAB_SIZE}-token vocabulary")
+    print(f"{num_batches} batches × {GROUPS_PER_BATCH} groups × G={GROUP_SIZE}; per completion "
+          f"{np.mean([len(s) for s in solutions]):.0f} tokens, per prompt "
+          f"{np.mean([len(p.prompt_ids) for plan in plans for p in plan]):.0f} (means)")
+    print(f"-logprob: LLM-like mean {-llm_sample.mean():.2f}, {np.mean(llm_sample > -0.01):.0%} of tokens under 0.01; "
+          f"n-gram (add-{NGRAM_K} bigram) mean {-all_ngram.mean():.2f}, {np.mean(all_ngram > -0.01):.0%} under 0.01")
+    print(f"timing: {timed} batch(es) per case, median of {encode_repeats} encodes and {decode_repeats} decodes "
+          f"each, one core\n")
+
+    results = []
+    for layout_name, id_map in layouts.items():
+        llm_rng = np.random.default_rng(1)  # the same draws under both layouts
+        streams: dict[str, Callable[[int], np.ndarray]] = {
+            "LLM-like": lambda s, rng=llm_rng: llm_like_logprobs(rng, len(solutions[s])),
+            "n-gram": lambda s: ngram[s],
+        }
+        for stream_name, stream in streams.items():
+            result = CaseResult(layout_name, stream_name)
+            for seq, plan in enumerate(plans):
+                batch = build_batch(seq, plan, solutions, id_map, stream)
+                measure_sizes(result, batch)
+                if seq < timed:
+                    measure_speed(result, batch, encode_repeats, decode_repeats)
+            results.append(result)
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()

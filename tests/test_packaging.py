@@ -1,0 +1,55 @@
+"""Packaging: the source folders node/ and protocol/ install as ftis.node and ftis.protocol, and
+every subpackage is listed, so `pip install .` (not only `-e .`) ships all of it."""
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_FOLDERS = {"node": "ftis.node", "protocol": "ftis.protocol"}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _packages_on_disk() -> set[str]:
+    found = set()
+    for folder, package in SOURCE_FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *relative)))
+    return found
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    setuptools = _pyproject()["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {package: folder for folder, package in SOURCE_FOLDERS.items()}
+    assert set(setuptools["packages"]) == _packages_on_disk()
+
+
+def test_vllm_is_only_an_extra():
+    project = _pyproject()["project"]
+    assert not any(dep.startswith("vllm") for dep in project["dependencies"])
+    assert any(dep.startswith("vllm") for dep in project["optional-dependencies"]["vllm"])
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the source tree")
+def test_a_built_wheel_holds_every_module(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("ftis_node-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder, package in SOURCE_FOLDERS.items():
+        for module in (ROOT / folder).rglob("*.py"):
+            relative = module.relative_to(ROOT / folder)
+            assert f"{package.replace('.', '/')}/{relative.as_posix()}" in names
+    assert any(name.endswith("entry_points.txt") for name in names)

@@ -1,0 +1,89 @@
+"""Protocol v1's fixed-bytes fixtures still decode, to exactly what they decoded to when written.
+
+Run: python -m pytest tests/test_protocol_fixtures.py -q
+
+``tests/fixtures/protocol/v1/<name>.msgpack`` holds bytes a v1 encoder wrote; ``<name>.json`` holds
+their decoded content, every field, log-probs as exact float values. The format is append-only
+(STYLE 6), so every later version of the decoder must read these bytes the same way: a failure here
+means a change broke v1, not that the fixture needs regenerating. This test never writes them
+(``tests/fixtures/protocol/make_v1.py`` does, once). ``v1/invalid/*.bin`` must stay refused, with
+the field ``v1/invalid/index.json`` names.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from ftis.protocol import DecodeError, RolloutBatch, decode, encode
+
+V1 = Path(__file__).parent / "fixtures" / "protocol" / "v1"
+VALID = sorted(V1.glob("*.msgpack"))
+INVALID = json.loads((V1 / "invalid" / "index.json").read_text())
+
+
+def as_plain(batch: RolloutBatch) -> dict[str, Any]:
+    """The batch as the fixtures' JSON spells it (written here again, not imported from the generator,
+    so that a change to the generator cannot change what this test expects)."""
+
+    def fields(obj: Any, *names: str) -> dict[str, Any]:
+        return {name: getattr(obj, name) for name in names}
+
+    return {
+        **fields(batch, "run_id", "peer_id", "seq", "created_at"),
+        "policy": fields(batch.policy, "model", "revision", "adapter", "policy_version"),
+        "tokenizer": fields(batch.tokenizer, "fingerprint", "vocab_size"),
+        "sampling": fields(batch.sampling, "temperature", "top_p", "top_k", "max_new_tokens"),
+        "groups": [
+            {
+                "group_id": group.group_id,
+                "task": fields(group.task, "dataset", "split", "index", "answer"),
+                "prompt_ids": group.prompt_ids.tolist(),
+                "completions": [
+                    {
+                        "token_ids": c.token_ids.tolist(),
+                        "sampler_logprobs": c.sampler_logprobs.tolist(),
+                        **fields(c, "reward", "finish_reason"),
+                    }
+                    for c in group.completions
+                ],
+            }
+            for group in batch.groups
+        ],
+    }
+
+
+def test_the_fixtures_are_there():
+    assert {p.stem for p in VALID} >= {"small", "typical", "edge", "foreign"}
+    assert {p.stem for p in VALID} == {p.stem for p in V1.glob("*.json")}, "each .msgpack needs its .json"
+    assert {p.name for p in (V1 / "invalid").glob("*.bin")} == set(INVALID), "each .bin needs its index entry"
+
+
+@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+def test_fixture_decodes_to_its_json(path: Path):
+    data = path.read_bytes()
+    assert msgpack.unpackb(data)["v"] == 1
+    batch = decode(data)
+    expected = json.loads(path.with_suffix(".json").read_text())
+    assert as_plain(batch) == expected  # floats compare exactly: JSON keeps every float64 digit
+    for group, want in zip(batch.groups, expected["groups"], strict=True):
+        assert group.prompt_ids.dtype == np.int64
+        for c, want_c in zip(group.completions, want["completions"], strict=True):
+            assert c.token_ids.dtype == np.int64 and c.sampler_logprobs.dtype == np.float32
+            np.testing.assert_array_equal(c.sampler_logprobs, np.array(want_c["sampler_logprobs"], np.float32))
+
+
+@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+def test_fixture_survives_a_re_encode(path: Path):
+    batch = decode(path.read_bytes())
+    assert decode(encode(batch)) == batch
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_fixture_is_refused(name: str):
+    with pytest.raises(DecodeError) as info:
+        decode((V1 / "invalid" / name).read_bytes())
+    assert info.value.field == INVALID[name]["field"]
