@@ -46,7 +46,8 @@ def quantize_logprobs(field: str, logprobs: np.ndarray) -> np.ndarray:
 def dequantize_logprobs(q: np.ndarray) -> np.ndarray:
     """uint32 q -> float32 log-probs; exact, since q < 2^24 and the step is a power of two."""
     logprobs = q.astype(np.float32)
-    logprobs *= np.float32(-LOGPROB_STEP)
+    logprobs *= np.float32(LOGPROB_STEP)
+    np.subtract(np.float32(0), logprobs, out=logprobs)  # 0 - x, not -x: q = 0 gives 0.0, never -0.0
     return logprobs
 
 

@@ -44,13 +44,14 @@ from ftis.protocol.limits import (
 )
 from ftis.protocol.reader import FieldReader
 from ftis.protocol.schema import (
-    Completion,
+    CompletionColumns,
     Group,
     PolicyInfo,
     RolloutBatch,
     SamplingSettings,
     TaskRef,
     TokenizerInfo,
+    trusted,
 )
 
 KIND_BATCH = "batch"
@@ -199,7 +200,7 @@ def _layout(groups: FieldReader, completions: FieldReader, max_new_tokens: int) 
     if len(set(group_ids)) != k:
         raise DecodeError(groups.path("group_id"), "group ids must be unique within a batch")
     tasks = [
-        TaskRef(dataset, split, index, answer)
+        trusted(TaskRef, dataset=dataset, split=split, index=index, answer=answer)
         for dataset, split, index, answer in zip(
             groups.str_list("dataset", k, MAX_NAME_CHARS),
             groups.str_list("split", k, MAX_NAME_CHARS, allow_empty=True),
@@ -243,28 +244,27 @@ def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
 
 
 def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tuple[Group, ...]:
-    ids.flags.writeable = False  # the completions' arrays are views of these two
+    ids.flags.writeable = False  # every group's arrays are views of these two
     logprobs.flags.writeable = False
-    # Every start offset comes from cumsums over the counts, so the Python work left is one slice per
-    # array and one constructor per completion, in comprehensions: this function was half of the decode
-    # time as a loop that carried running offsets and built each completion with the dataclass __init__.
     sizes, prompt_lengths = layout.group_sizes, layout.prompt_lengths
     first = np.cumsum(sizes) - sizes  # (K,) each group's first completion
-    lp_starts = np.cumsum(layout.completion_lengths) - layout.completion_lengths  # (N,)
-    prompts_through = np.cumsum(prompt_lengths)  # (K,) prompt ids up to and including each group's
-    id_starts = lp_starts + np.repeat(prompts_through, sizes)  # (N,) where each completion's ids start
-    prompt_starts = lp_starts[first] + prompts_through - prompt_lengths  # (K,)
-    lengths = layout.completion_lengths.tolist()
-    completion_ids = [ids[start : start + n] for start, n in zip(id_starts.tolist(), lengths, strict=True)]
-    completion_logprobs = [logprobs[start : start + n] for start, n in zip(lp_starts.tolist(), lengths, strict=True)]
+    group_tokens = np.add.reduceat(layout.completion_lengths, first) if len(first) else first  # (K,)
+    lp_starts = np.cumsum(group_tokens) - group_tokens  # (K,) where each group's log-probs start
+    prompt_starts = lp_starts + np.cumsum(prompt_lengths) - prompt_lengths  # (K,) where its ids start
     finish = [FINISH_REASONS[code] for code in layout.finish_codes]
-    completions = list(
-        map(Completion._from_checked, completion_ids, completion_logprobs, layout.rewards.tolist(), finish)
-    )
-    prompts = [ids[start : start + n] for start, n in zip(prompt_starts.tolist(), prompt_lengths.tolist(), strict=True)]
-    return tuple(
-        Group(group_id, task, prompt_ids, tuple(completions[c : c + size]))
-        for group_id, task, prompt_ids, c, size in zip(
-            layout.group_ids, layout.tasks, prompts, first.tolist(), sizes.tolist(), strict=True
+    groups = []
+    for group_id, task, prompt_at, prompt_length, lp_at, num_tokens, c, size in zip(
+        layout.group_ids, layout.tasks, prompt_starts.tolist(), prompt_lengths.tolist(), lp_starts.tolist(),
+        group_tokens.tolist(), first.tolist(), sizes.tolist(), strict=True,
+    ):
+        ids_at = prompt_at + prompt_length
+        columns = trusted(
+            CompletionColumns,
+            token_ids=ids[ids_at : ids_at + num_tokens],
+            sampler_logprobs=logprobs[lp_at : lp_at + num_tokens],
+            lengths=layout.completion_lengths[c : c + size],
+            rewards=layout.rewards[c : c + size],
+            finish_reasons=tuple(finish[c : c + size]),
         )
-    )
+        groups.append(Group.from_columns(group_id, task, ids[prompt_at:ids_at], columns))
+    return tuple(groups)

@@ -1,11 +1,12 @@
 """Protocol-v1 encoding of a ``RolloutBatch`` (the wire layout is described in ``decode.py``).
 
 ``encode`` checks what the format cannot represent (positive or non-finite log-probs, ids outside
-the vocabulary, mismatched lengths), then validates by decoding what it produced, so it never emits
-bytes that a peer would refuse; any failure is an ``EncodeError`` naming the field.
+the vocabulary, parts of a completion that do not match), then validates by decoding what it
+produced, so it never emits bytes that a peer would refuse; any failure is an ``EncodeError``
+naming the field. Value checks run once over whole columns; only a failure walks the groups to name
+the completion at fault.
 """
 
-import numbers
 from typing import Any
 
 import msgpack
@@ -15,7 +16,7 @@ from ftis.protocol.columns import id_width, logprob_width, pack_columns, quantiz
 from ftis.protocol.decode import KIND_BATCH, decode
 from ftis.protocol.errors import DecodeError, EncodeError
 from ftis.protocol.limits import FINISH_REASONS, MAX_LOGPROB_WIDTH, PROTOCOL_VERSION
-from ftis.protocol.schema import RolloutBatch
+from ftis.protocol.schema import CompletionColumns, Group, RolloutBatch
 
 
 def encode(batch: RolloutBatch) -> bytes:
@@ -23,28 +24,12 @@ def encode(batch: RolloutBatch) -> bytes:
     vocab_size = batch.tokenizer.vocab_size
     if type(vocab_size) is not int:  # compared with every id below, so checked before decode would
         raise EncodeError("tokenizer.vocab_size", f"expected an integer, got {type(vocab_size).__name__}")
-    ids, quantized = [], []
-    for g, group in enumerate(batch.groups):
-        ids.append(_ids(f"groups[{g}].prompt_ids", group.prompt_ids, vocab_size))
-        for c, completion in enumerate(group.completions):
-            field = f"groups[{g}].completions[{c}]"
-            if completion.finish_reason not in FINISH_REASONS:
-                raise EncodeError(f"{field}.finish_reason", f"must be one of {FINISH_REASONS}")
-            token_ids = _ids(f"{field}.token_ids", completion.token_ids, vocab_size)
-            if np.shape(completion.sampler_logprobs) != token_ids.shape:
-                raise EncodeError(field, "token_ids and sampler_logprobs differ in length")
-            if np.asarray(completion.sampler_logprobs).dtype.kind not in "fiu":  # numpy would parse strings
-                raise EncodeError(f"{field}.sampler_logprobs", "must be an array of numbers")
-            if not isinstance(completion.reward, numbers.Real):  # likewise: "1.5" must not become 1.5
-                raise EncodeError(f"{field}.reward", f"expected a number, got {type(completion.reward).__name__}")
-            ids.append(token_ids)
-            quantized.append(quantize_logprobs(f"{field}.sampler_logprobs", completion.sampler_logprobs))
-    all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint32)
-    q = np.concatenate(quantized) if quantized else np.zeros(0, np.uint32)
+    columns = [_columns(g, group) for g, group in enumerate(batch.groups)]
+    ids = _token_ids(batch.groups, columns, vocab_size)
+    q = _quantized(batch.groups, columns)
     ids_width, q_width = id_width(vocab_size), logprob_width(q)
-    if q_width > MAX_LOGPROB_WIDTH:
+    if q_width > MAX_LOGPROB_WIDTH:  # unreachable after quantize's range check; kept as the invariant
         raise EncodeError("sampler_logprobs", "a log-prob is below the protocol's range")
-    completions = [c for group in batch.groups for c in group.completions]
     body = {
         "run_id": batch.run_id,
         "peer_id": batch.peer_id,
@@ -69,18 +54,18 @@ def encode(batch: RolloutBatch) -> bytes:
             "split": [group.task.split for group in batch.groups],
             "index": [group.task.index for group in batch.groups],
             "answer": [group.task.answer for group in batch.groups],
-            "size": _u32([len(group.completions) for group in batch.groups]),
+            "size": _u32([len(c) for c in columns]),
             "prompt_length": _u32([len(group.prompt_ids) for group in batch.groups]),
         },
         "completions": {
-            "length": _u32([len(c.token_ids) for c in completions]),  # len: _ids accepted any 1-D sequence
-            "reward": np.array([c.reward for c in completions], "<f8").tobytes(),
-            "finish_reason": bytes(FINISH_REASONS.index(c.finish_reason) for c in completions),
+            "length": _u32(np.concatenate([c.lengths for c in columns]) if columns else []),
+            "reward": np.concatenate([c.rewards for c in columns] or [np.zeros(0)]).astype("<f8").tobytes(),
+            "finish_reason": bytes(FINISH_REASONS.index(reason) for c in columns for reason in c.finish_reasons),
         },
         "tokens": {
             "id_width": ids_width,
             "logprob_width": q_width,
-            "data": pack_columns(all_ids, q, ids_width, q_width),
+            "data": pack_columns(ids, q, ids_width, q_width),
         },
     }
     try:
@@ -96,17 +81,60 @@ def encode(batch: RolloutBatch) -> bytes:
     return data
 
 
-def _ids(field: str, values: Any, vocab_size: int) -> np.ndarray:
-    array = np.asarray(values)
-    if array.ndim != 1 or not (array.dtype.kind in "iu" or array.size == 0):
-        raise EncodeError(field, "must be a 1-D array of integers")
-    if array.size and (array.min() < 0 or array.max() >= vocab_size):
-        raise EncodeError(field, f"token ids must be in [0, vocab_size={vocab_size})")
-    return array.astype(np.uint32)
+def _columns(g: int, group: Group) -> CompletionColumns:
+    try:
+        return group.columns
+    except EncodeError as error:
+        raise EncodeError(f"groups[{g}].{error.field}", error.reason) from None
 
 
-def _u32(values: list[int]) -> bytes:
-    return np.array(values, "<u4").tobytes()
+def _token_ids(groups: tuple[Group, ...], columns: list[CompletionColumns], vocab_size: int) -> np.ndarray:
+    """Every id of the batch in wire order (each group's prompt, then its completions)."""
+    parts = []
+    for g, (group, group_columns) in enumerate(zip(groups, columns, strict=True)):
+        prompt_ids = np.asarray(group.prompt_ids)
+        if prompt_ids.ndim != 1 or not (prompt_ids.dtype.kind in "iu" or prompt_ids.size == 0):
+            raise EncodeError(f"groups[{g}].prompt_ids", "must be a 1-D array of integers")
+        parts += [prompt_ids.astype(np.int64, copy=False), group_columns.token_ids]
+    ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    outside = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+    if outside.size:
+        field = _locate(int(outside[0]), groups, columns, with_prompts=True)
+        raise EncodeError(f"{field}", f"token ids must be in [0, vocab_size={vocab_size}), got {int(ids[outside[0]])}")
+    return ids
+
+
+def _quantized(groups: tuple[Group, ...], columns: list[CompletionColumns]) -> np.ndarray:
+    logprobs = np.concatenate([c.sampler_logprobs for c in columns]) if columns else np.zeros(0, np.float32)
+    try:
+        return quantize_logprobs("sampler_logprobs", logprobs)
+    except EncodeError as error:  # name the completion at fault: the first whose values fail alone
+        offsets = np.cumsum([0, *(len(c.sampler_logprobs) for c in columns)])
+        for position in range(len(logprobs)):
+            try:
+                quantize_logprobs("", logprobs[position : position + 1])
+            except EncodeError as single:
+                field = _locate(position, groups, columns, with_prompts=False)
+                raise EncodeError(f"{field.rsplit('.', 1)[0]}.sampler_logprobs", single.reason) from None
+        raise AssertionError(f"{error} but no single value fails ({offsets[-1]} values)") from None
+
+
+def _locate(position: int, groups: tuple[Group, ...], columns: list[CompletionColumns], *, with_prompts: bool) -> str:
+    """The field holding element ``position`` of the batch's ids (``with_prompts``) or log-probs."""
+    for g, (group, group_columns) in enumerate(zip(groups, columns, strict=True)):
+        if with_prompts:
+            if position < len(group.prompt_ids):
+                return f"groups[{g}].prompt_ids"
+            position -= len(group.prompt_ids)
+        for c, length in enumerate(group_columns.lengths.tolist()):
+            if position < length:
+                return f"groups[{g}].completions[{c}].token_ids"
+            position -= length
+    raise AssertionError("position past the end of the batch")
+
+
+def _u32(values: Any) -> bytes:
+    return np.asarray(values, "<u4").tobytes()
 
 
 def _numpy_scalar(value: Any) -> int | float:

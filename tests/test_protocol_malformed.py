@@ -10,10 +10,10 @@ test is a seeded mutation fuzzer: thousands of random corruptions, each of which
 """
 
 import copy
+import dataclasses
 import importlib
 import math
 import random
-from dataclasses import replace
 from typing import Any
 
 import msgpack
@@ -53,6 +53,11 @@ decode_module = importlib.import_module("ftis.protocol.decode")  # the package's
 PROMPT_LENGTHS = [4, 2]  # two groups
 COMPLETION_LENGTHS = [[3, 1], [4, 2, 5]]  # of sizes 2 and 3
 MAX_NEW_TOKENS = 8
+
+
+def replace(obj, **changes):
+    """dataclasses.replace, and Group.replace for groups (a Group is not a dataclass)."""
+    return obj.replace(**changes) if isinstance(obj, Group) else dataclasses.replace(obj, **changes)
 
 
 def make_batch(vocab_size: int = 200, high_id: int = 199) -> RolloutBatch:
@@ -675,7 +680,8 @@ def test_encode_accepts_plain_lists():
 def test_encode_refuses_mismatched_lengths():
     batch = make_batch()
     logprobs = batch.groups[0].completions[0].sampler_logprobs[:-1]
-    assert encode_error(with_completion(batch, 0, 0, sampler_logprobs=logprobs)).field == "groups[0].completions[0]"
+    error = encode_error(with_completion(batch, 0, 0, sampler_logprobs=logprobs))
+    assert error.field == "groups[0].completions[0].sampler_logprobs"
 
 
 def test_encode_refuses_unknown_finish_reason():

@@ -154,8 +154,8 @@ def test_three_byte_logprobs_round_trip_within_1e3(problems):
     extreme = last_group.completions[-1].sampler_logprobs.copy()
     extreme[0], extreme[-1] = -200.0, -31_000.123
     last = replace(last_group.completions[-1], sampler_logprobs=extreme)
-    batch = replace(batch, groups=(*batch.groups[:-1], replace(last_group, completions=(
-        *last_group.completions[:-1], last))))  # fmt: skip
+    last_group = last_group.replace(completions=(*last_group.completions[:-1], last))
+    batch = replace(batch, groups=(*batch.groups[:-1], last_group))
     data = encode(batch)
     assert msgpack.unpackb(data)["body"]["tokens"]["logprob_width"] == 3
     ids, logprobs = token_arrays(batch)
