@@ -244,8 +244,8 @@ def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
 
 
 def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tuple[Group, ...]:
-    ids.flags.writeable = False  # every group's arrays are views of these two
-    logprobs.flags.writeable = False
+    for array in (ids, logprobs, layout.completion_lengths):  # every group's arrays are views of these
+        array.flags.writeable = False
     sizes, prompt_lengths = layout.group_sizes, layout.prompt_lengths
     first = np.cumsum(sizes) - sizes  # (K,) each group's first completion
     group_tokens = np.add.reduceat(layout.completion_lengths, first) if len(first) else first  # (K,)

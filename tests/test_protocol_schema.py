@@ -108,3 +108,12 @@ def test_columns_refuse_completions_whose_parts_do_not_match():
     bad = (Completion(np.array([1, 2]), np.array([-0.1], np.float32), 0.0, "stop"),)
     with pytest.raises(ValueError, match=r"completions\[0\]\.sampler_logprobs"):
         CompletionColumns.from_completions(bad)
+
+
+def test_decoded_columns_are_read_only():
+    decoded = decode(encode(_batch((Group("g", TASK, np.array([1]), _completions()),))))
+    columns = decoded.groups[0].columns
+    for array in (columns.token_ids, columns.sampler_logprobs, columns.lengths, columns.rewards,
+                  decoded.groups[0].prompt_ids):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 0
