@@ -61,20 +61,25 @@ _MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
 
 def decode(data: bytes) -> RolloutBatch:
     """The batch in ``data``."""
+    return _batch(unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES))
+
+
+def unpack_message(data: bytes, kind: str, max_bytes: int) -> FieldReader:
+    """The body of a message of ``kind`` (the envelope checked: size, msgpack, version, kind)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise DecodeError("payload", f"expected bytes, got {type(data).__name__}")
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise DecodeError("payload", f"{len(data)} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")
+    if len(data) > max_bytes:
+        raise DecodeError("payload", f"{len(data)} bytes is over the {max_bytes}-byte limit")
     envelope = FieldReader(_unpack(data), "")
     version = envelope.int("v", 0, _INT64_MAX)
     if version not in SUPPORTED_VERSIONS:
         raise DecodeError("v", f"unknown protocol version {version}; this build reads {sorted(SUPPORTED_VERSIONS)}")
-    kind = envelope.str("kind", MAX_NAME_CHARS)
-    if kind != KIND_BATCH:
-        raise DecodeError("kind", f"unknown message kind {kind!r}")
+    found = envelope.str("kind", MAX_NAME_CHARS)
+    if found != kind:
+        raise DecodeError("kind", f"expected a {kind!r} message, got {found!r}")
     body = envelope.map("body")
     envelope.done()
-    return _batch(body)
+    return body
 
 
 def _unpack(data: bytes) -> Any:

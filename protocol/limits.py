@@ -24,3 +24,9 @@ MIN_LOGPROB = -((1 << (8 * MAX_LOGPROB_WIDTH)) - 1) * LOGPROB_STEP  # about -327
 
 FINISH_REASONS = ("stop", "length")  # wire code = index
 ADAPTERS = ("full", "lora")
+
+# Announcements: the small signed records a peer keeps in the DHT to list its recent batches. The DHT
+# process of hivemind 1.1.12 fails on stored values of ~60 KiB, so they stay far below that.
+MAX_ANNOUNCEMENT_BYTES = 8 * 1024
+MAX_ANNOUNCED_BATCHES = 16
+SHA256_BYTES = 32

@@ -93,7 +93,7 @@ class CompletionColumns:
     packs into tensors without touching completions one by one."""
 
     token_ids: np.ndarray  # (total,) int64
-    sampler_logprobs: np.ndarray  # (total,) float32
+    sampler_logprobs: np.ndarray  # (total,) float32 when decoded; as given (float32 or float64) when built
     lengths: np.ndarray  # (G,) int64, sum = total
     rewards: np.ndarray  # (G,) float64, the generator's (advisory)
     finish_reasons: tuple[str, ...]  # (G,)
@@ -129,7 +129,8 @@ class CompletionColumns:
             if completion.finish_reason not in FINISH_REASONS:
                 raise EncodeError(f"completions[{c}].finish_reason", f"must be one of {FINISH_REASONS}")
             ids.append(token_ids.astype(np.int64, copy=False))
-            logprobs.append(sampler_logprobs.astype(np.float32, copy=False))
+            exact = sampler_logprobs.dtype.kind == "f"  # float64 stays float64: quantized from the given values
+            logprobs.append(sampler_logprobs if exact else sampler_logprobs.astype(np.float32))
         return cls(
             token_ids=np.concatenate(ids) if ids else np.zeros(0, np.int64),
             sampler_logprobs=np.concatenate(logprobs) if logprobs else np.zeros(0, np.float32),
