@@ -1,0 +1,14 @@
+"""ftis.node.swarm: finding peers and exchanging rollout batches with them (DESIGN §4).
+
+Files:
+- ``transport.py``          the ``Transport`` interface the node uses, and what it returns.
+- ``memory.py``             ``MemoryTransport``: peers in one process (tests, demos).
+- ``hivemind_transport.py`` ``HivemindTransport``: signed DHT announcements, payloads over P2P streams.
+- ``inbox.py``              the receive policy both apply (age, run, tokenizer, quotas, once only) and
+                            the check of a fetched payload against its announcement.
+- ``outbox.py``             this node's recent encoded batches and the announcement listing them.
+- ``records.py``            the run's sharded DHT keys and the signature + schema validators.
+- ``identity.py``           identity files: one key for the peer id and the announcement signature.
+
+Importing ``hivemind`` costs about 3 s (it imports torch): only the hivemind-based modules do.
+"""

@@ -1,0 +1,163 @@
+"""The receive policy every transport applies, and the bounded buffer of delivered batches.
+
+For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen,
+from another run, older than the max age, another tokenizer, over the peer's quota or the buffer's
+bound. After a fetch, ``deliver`` checks that the decoded batch is the one announced (same peer,
+run, sequence number, tokenizer) and queues it; ``drain`` hands queued batches to the trainer.
+Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
+number) is considered once, so a batch is delivered at most once and a refused one is not retried.
+
+Thread-safe: the network thread calls ``consider``/``deliver``/``fail``, the training loop ``drain``.
+"""
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ftis.node.swarm.transport import ReceivedBatch, TransportStats
+from ftis.protocol import DecodeError, RolloutBatch, decode
+from ftis.protocol.announcement import Announcement, BatchDescriptor
+
+# Rejection reasons, as counted in TransportStats.rejections.
+STALE = "stale"  # created before now - max_age
+OTHER_RUN = "other_run"
+TOKENIZER = "tokenizer"  # another tokenizer fingerprint: the ids mean nothing here (skipped)
+PEER_QUOTA = "peer_quota"  # the peer already has its quota of batches in flight or queued
+BUFFER_FULL = "buffer_full"
+TOO_LARGE = "too_large"  # announced or sent more bytes than allowed
+FETCH_FAILED = "fetch_failed"  # unreachable, stalled past the deadline, or closed the stream early
+HASH_MISMATCH = "hash_mismatch"
+DECODE_ERROR = "decode_error"
+NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but peer, run, seq or tokenizer differ
+BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key than its peer id's
+
+
+@dataclass(frozen=True)
+class InboxLimits:
+    max_age_s: float  # batches created longer ago are not fetched
+    per_peer_quota: int  # batches of one peer in flight or queued
+    max_batches: int  # batches in flight or queued, all peers
+    max_bytes: int  # their payload bytes
+
+
+class Inbox:
+    def __init__(self, run_id: str, tokenizer: str, limits: InboxLimits, clock: Callable[[], float] = time.time):
+        self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, seq) -> created_at
+        self._pending: dict[tuple[str, int], int] = {}  # (peer, seq) -> bytes, in flight or queued
+        self._in_flight: set[tuple[str, int]] = set()
+        self._queue: deque[ReceivedBatch] = deque()
+        self._stats = TransportStats()
+
+    def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
+        """Whether to fetch this announced batch now. Each (peer, seq) gets one answer ever."""
+        key = (announcement.peer_id, descriptor.seq)
+        with self._lock:
+            now = self._clock()
+            self._forget_older_than(now - self._limits.max_age_s)
+            if key in self._seen:
+                return False
+            self._seen[key] = descriptor.created_at
+            reason = self._refusal(announcement, descriptor, now)
+            if reason is not None:
+                self._count(announcement.peer_id, reason)
+                return False
+            self._pending[key] = descriptor.bytes
+            self._in_flight.add(key)
+            return True
+
+    def _refusal(self, announcement: Announcement, descriptor: BatchDescriptor, now: float) -> str | None:
+        if announcement.run_id != self._run_id:
+            return OTHER_RUN
+        if descriptor.created_at < now - self._limits.max_age_s:
+            return STALE
+        if announcement.tokenizer != self._tokenizer:
+            return TOKENIZER
+        if sum(1 for peer, _ in self._pending if peer == announcement.peer_id) >= self._limits.per_peer_quota:
+            return PEER_QUOTA
+        if (len(self._pending) >= self._limits.max_batches
+                or sum(self._pending.values()) + descriptor.bytes > self._limits.max_bytes):
+            return BUFFER_FULL
+        return None
+
+    def deliver(self, peer_id: str, descriptor: BatchDescriptor, batch: RolloutBatch, payload_bytes: int) -> bool:
+        """Queue a fetched, decoded batch if it is the one that was announced."""
+        key = (peer_id, descriptor.seq)
+        with self._lock:
+            if key not in self._in_flight:
+                return False  # not considered, or already settled
+            self._in_flight.discard(key)
+            matches = (batch.peer_id == peer_id and batch.seq == descriptor.seq and batch.run_id == self._run_id
+                       and batch.tokenizer.fingerprint == self._tokenizer)
+            if not matches:
+                del self._pending[key]
+                self._count(peer_id, NOT_AS_ANNOUNCED)
+                return False
+            self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
+            self._stats.delivered_batches += 1
+            self._stats.delivered_bytes += payload_bytes
+            return True
+
+    def fail(self, peer_id: str, descriptor: BatchDescriptor, reason: str) -> None:
+        """A considered batch that could not be fetched or checked: counted, never retried."""
+        key = (peer_id, descriptor.seq)
+        with self._lock:
+            if key in self._in_flight:
+                self._in_flight.discard(key)
+                del self._pending[key]
+                self._count(peer_id, reason)
+
+    def reject_announcement(self, peer_id: str) -> None:
+        with self._lock:
+            self._count(peer_id, BAD_ANNOUNCEMENT)
+
+    def drain(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        with self._lock:
+            count = len(self._queue) if max_batches is None else min(max_batches, len(self._queue))
+            batches = [self._queue.popleft() for _ in range(count)]
+            for received in batches:  # leaving the queue frees the peer's quota and the buffer
+                self._pending.pop((received.peer_id, received.batch.seq), None)
+            return batches
+
+    def stats(self) -> TransportStats:
+        with self._lock:
+            return TransportStats(
+                delivered_batches=self._stats.delivered_batches,
+                delivered_bytes=self._stats.delivered_bytes,
+                rejections=dict(self._stats.rejections),
+            )
+
+    def _count(self, peer_id: str, reason: str) -> None:
+        key = (peer_id, reason)
+        self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
+
+    def _forget_older_than(self, cutoff: float) -> None:
+        """Seen entries of batches too old to be accepted again anyway: bounded memory."""
+        stale = [key for key, created_at in self._seen.items() if created_at < cutoff and key not in self._pending]
+        for key in stale:
+            del self._seen[key]
+
+
+class Rejected(Exception):
+    """A fetched payload refused for ``reason`` (one of the reasons above)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def open_payload(descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
+    """The batch in a fetched payload, if it is exactly the announced one: size, hash, strict decode."""
+    if len(data) != descriptor.bytes:
+        raise Rejected(TOO_LARGE if len(data) > descriptor.bytes else FETCH_FAILED,
+                       f"{len(data)} bytes, {descriptor.bytes} announced")
+    if hashlib.sha256(data).digest() != descriptor.sha256:
+        raise Rejected(HASH_MISMATCH, "the payload's SHA-256 differs from the signed announcement's")
+    try:
+        return decode(data)
+    except DecodeError as error:
+        raise Rejected(DECODE_ERROR, str(error)) from None

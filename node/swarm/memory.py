@@ -1,0 +1,139 @@
+"""The in-memory transport: peers in one process, for tests and single-process demos.
+
+A ``MemoryHub`` stands in for the DHT and the P2P streams. Announcements still travel as protocol
+bytes and payloads are still checked (size, hash, strict decode) and filtered by the same ``Inbox``
+as on the real swarm, so code that works here behaves the same over hivemind. Fetching happens
+inside ``receive``: synchronous, with no thread.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+
+from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected, open_payload
+from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats
+from ftis.protocol import DecodeError, RolloutBatch
+from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
+
+
+class MemoryHub:
+    """What the peers of one process share: their announcements and their payloads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._peers: dict[str, Outbox] = {}
+        self._forged: dict[str, bytes] = {}  # peer id -> raw announcement bytes (tests of bad input)
+
+    def join(self, peer_id: str, outbox: Outbox) -> None:
+        with self._lock:
+            self._peers[peer_id] = outbox
+
+    def leave(self, peer_id: str) -> None:
+        with self._lock:
+            self._peers.pop(peer_id, None)
+            self._forged.pop(peer_id, None)
+
+    def put_raw_announcement(self, peer_id: str, data: bytes) -> None:
+        """Announce arbitrary bytes as ``peer_id`` (what a hostile peer could store)."""
+        with self._lock:
+            self._forged[peer_id] = data
+
+    def announcements(self) -> dict[str, bytes]:
+        """Every peer's current announcement, as wire bytes."""
+        with self._lock:
+            peers, forged = dict(self._peers), dict(self._forged)
+        result = {peer_id: encode_announcement(a) for peer_id, outbox in peers.items()
+                  if (a := outbox.announcement()) is not None}
+        return {**result, **forged}
+
+    def fetch(self, peer_id: str, seq: int) -> bytes | None:
+        with self._lock:
+            outbox = self._peers.get(peer_id)
+        return outbox.payload(seq) if outbox is not None else None
+
+
+class MemoryTransport:
+    def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
+                 clock: Callable[[], float] = time.time):
+        self._hub, self._peer_id = hub, peer_id
+        self._outbox = Outbox(run_id, peer_id, clock=clock)
+        self._inbox = Inbox(run_id, tokenizer, limits, clock)
+        self._members: dict[str, Member] = {}
+        self._closed = False
+        hub.join(peer_id, self._outbox)
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    def publish(self, batch: RolloutBatch) -> BatchDescriptor:
+        self._check_open()
+        return self._outbox.add(batch)
+
+    def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        self._check_open()
+        for peer_id, data in self._hub.announcements().items():
+            if peer_id == self._peer_id:
+                continue
+            try:
+                announcement = decode_announcement(data)
+            except DecodeError:
+                self._inbox.reject_announcement(peer_id)
+                continue
+            if announcement.peer_id != peer_id:  # on the DHT: signed by another key than peer_id's
+                self._inbox.reject_announcement(peer_id)
+                continue
+            self._members[peer_id] = _member(announcement)
+            for descriptor in announcement.batches:
+                if self._inbox.consider(announcement, descriptor):
+                    self._fetch(peer_id, descriptor)
+        return self._inbox.drain(max_batches)
+
+    def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
+        data = self._hub.fetch(peer_id, descriptor.seq)
+        if data is None:
+            self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
+            return
+        try:
+            batch = open_payload(descriptor, data)
+        except Rejected as rejected:
+            self._inbox.fail(peer_id, descriptor, rejected.reason)
+            return
+        self._inbox.deliver(peer_id, descriptor, batch, len(data))
+
+    def members(self) -> list[Member]:
+        own = self._outbox.announcement()
+        members = dict(self._members)
+        if own is not None:
+            members[self._peer_id] = _member(own)
+        return sorted(members.values(), key=lambda m: m.peer_id)
+
+    def stats(self) -> TransportStats:
+        stats = self._inbox.stats()
+        stats.published_batches, stats.published_bytes = self._outbox.published
+        return stats
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._hub.leave(self._peer_id)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+
+
+def _member(announcement: Announcement) -> Member:
+    return Member(
+        peer_id=announcement.peer_id,
+        model=announcement.model,
+        adapter=announcement.adapter,
+        tokenizer=announcement.tokenizer,
+        policy_version=announcement.policy_version,
+        published_batches=announcement.published_batches,
+        published_tokens=announcement.published_tokens,
+        last_seen=announcement.updated_at,
+    )
+
+

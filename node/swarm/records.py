@@ -1,0 +1,49 @@
+"""Where a run's announcements live in the DHT, and the validators that protect them.
+
+Each run has ``shards`` DHT keys; a peer writes its announcement under the key of its shard
+(a hash of its peer id), in a subkey that carries its RSA public key, so hivemind's signature
+validator lets only that peer write it. A schema validator on the same keys refuses anything but
+``{signed subkey: bytes}`` entries, so no peer can replace a whole shard with a plain value.
+Every node, bootstrap peers included, installs both validators (DESIGN §4).
+
+Sharding keeps each key's dictionary far below the 4 MiB a DHT ``get`` returns: with announcements
+of ~1.6 KB (public key and signature included), one shard holds ~2,500 peers.
+"""
+
+import hashlib
+
+import pydantic.v1 as pydantic_v1
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
+from hivemind.dht.validation import RecordValidatorBase
+from hivemind.utils.crypto import RSAPrivateKey
+
+DEFAULT_SHARDS = 8
+
+
+def run_prefix(run_id: str) -> str:
+    """The DHT key prefix of a run: a hash, so any run id makes a valid schema field name."""
+    return "ftis_" + hashlib.blake2b(run_id.encode(), digest_size=8).hexdigest()
+
+
+def shard_of(peer_id: str, shards: int) -> int:
+    return int.from_bytes(hashlib.blake2b(peer_id.encode(), digest_size=4).digest(), "big") % shards
+
+
+def shard_key(run_id: str, shard: int) -> str:
+    return f"{run_prefix(run_id)}_peers_{shard}"
+
+
+def all_shard_keys(run_id: str, shards: int) -> list[str]:
+    return [shard_key(run_id, shard) for shard in range(shards)]
+
+
+def record_validators(run_id: str, shards: int, key: RSAPrivateKey | None) -> list[RecordValidatorBase]:
+    """The signature and schema validators for a run's announcement keys. ``key`` signs this peer's
+    own records (a fresh key when None: a peer that never announces, like a bootstrap)."""
+    fields = {
+        f"peers_{shard}": (dict[BytesWithPublicKey, pydantic_v1.StrictBytes] | None, None) for shard in range(shards)
+    }
+    schema = pydantic_v1.create_model("AnnouncementKeys", **fields)
+    signature = RSASignatureValidator(key if key is not None else RSAPrivateKey())
+    return [signature, SchemaValidator(schema, allow_extra_keys=True, prefix=run_prefix(run_id))]

@@ -1,0 +1,71 @@
+"""The one small interface the node uses to reach the swarm, and what it hands back.
+
+Implementations: ``HivemindTransport`` (``hivemind_transport.py``, the real one: DHT announcements
+and P2P streams) and ``MemoryTransport`` (``memory.py``, in one process, for tests and demos).
+Both apply the same receive policy (``inbox.py``) and pass the same contract tests.
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ftis.protocol import RolloutBatch
+from ftis.protocol.announcement import BatchDescriptor
+
+
+@dataclass(frozen=True)
+class ReceivedBatch:
+    peer_id: str  # who published it (checked against the signed announcement)
+    batch: RolloutBatch
+    payload_bytes: int
+    received_at: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class Member:
+    """A swarm member as its latest announcement describes it."""
+
+    peer_id: str
+    model: str
+    adapter: str
+    tokenizer: str
+    policy_version: int
+    published_batches: int
+    published_tokens: int
+    last_seen: float  # unix seconds of its latest announcement
+
+
+@dataclass
+class TransportStats:
+    published_batches: int = 0
+    published_bytes: int = 0
+    delivered_batches: int = 0
+    delivered_bytes: int = 0
+    rejections: dict[tuple[str, str], int] = field(default_factory=dict)  # (peer id, reason) -> count
+
+    def rejected(self, reason: str) -> int:
+        return sum(count for (_, why), count in self.rejections.items() if why == reason)
+
+
+class Transport(Protocol):
+    @property
+    def peer_id(self) -> str: ...
+
+    def publish(self, batch: RolloutBatch) -> BatchDescriptor:
+        """Make ``batch`` available to the swarm; returns at once (the network work happens elsewhere)."""
+        ...
+
+    def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        """Peers' batches delivered since the last call, oldest first; never blocks."""
+        ...
+
+    def members(self) -> list[Member]:
+        """The swarm's members (this node included) as last seen."""
+        ...
+
+    def stats(self) -> TransportStats:
+        """A snapshot of counters: published, delivered, and rejections by peer and reason."""
+        ...
+
+    def close(self) -> None:
+        """Stop all network work and release everything; idempotent."""
+        ...
