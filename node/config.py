@@ -88,10 +88,53 @@ class LossConfig(_Section):
         )
 
 
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class SwarmConfig(_Section):
+    """Joining the swarm and exchanging batches with it (DESIGN §4)."""
+
+    run_id: str = Field("ftis-demo", pattern=RUN_ID_PATTERN, description="Peers exchange batches only within a run.")
+    initial_peers: list[str] = Field(
+        default_factory=list, description="Full multiaddrs of any members (the bootstrap's, printed at its start)."
+    )
+    host_maddrs: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+        description="Where to listen. The default takes any free port on every interface; a public node "
+        "behind a firewall sets a fixed port, e.g. /ip4/0.0.0.0/tcp/31337.",
+    )
+    announce_maddrs: list[str] = Field(
+        default_factory=list, description="Public addresses to advertise when they differ from the listening ones."
+    )
+    identity_path: Path | None = Field(
+        None, description="Private key file: keeps the peer id and the announcement key across restarts."
+    )
+    client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
+    shards: int = Field(8, ge=1, le=256, description="DHT keys the run's announcements spread over (same for all).")
+    announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
+    announcement_ttl_s: float = Field(30.0, gt=0, description="An announcement expires unless renewed in time.")
+    poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
+    max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="Deadline of one payload fetch, connect to last byte.")
+    max_concurrent_fetches: int = Field(8, ge=1, description="Payload fetches in flight at once.")
+    per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
+    max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
+    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")
+    keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
+    start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
+
+    @model_validator(mode="after")
+    def _ttl_outlives_interval(self) -> "SwarmConfig":
+        if self.announcement_ttl_s <= self.announce_interval_s:
+            raise ValueError("announcement_ttl_s must exceed announce_interval_s, or announcements lapse")
+        return self
+
+
 class NodeConfig(_Section):
     """Everything a node is configured with."""
 
     loss: LossConfig = Field(default_factory=LossConfig, description="The training loss.")
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig, description="The swarm and the exchange.")
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -1,0 +1,311 @@
+"""The real transport: signed announcements in a Hivemind DHT, payloads over libp2p streams.
+
+Shape (DESIGN §4): a peer stores one small signed announcement (``protocol/announcement.py``) under
+its run's shard key and renews it before it expires; every ``poll_interval_s`` it reads all shards,
+checks each announcement was signed by the key of the peer it describes, and fetches the batches
+its ``Inbox`` wants over a P2P stream from that peer, concurrently, each under one deadline.
+
+Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the sequence number (8 bytes,
+big-endian); the server answers with the payload's length (8 bytes, big-endian; 0 when it no
+longer holds that batch), then the payload. The fetcher refuses a length above the announced size
+before reading the body, then checks size, SHA-256 and strict decode (``open_payload``).
+
+Threads: all network work runs on one asyncio loop in a daemon thread that this object owns (the
+DHT's P2P replica is bound to the loop that first uses it). ``publish``, ``receive``, ``members``,
+``stats`` are called from the training thread and never wait on the network. ``close`` stops the
+loop and shuts the DHT and its ``p2pd`` down.
+"""
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import hivemind
+from hivemind.p2p import PeerID
+from hivemind.utils import get_dht_time
+
+from ftis.node.config import SwarmConfig
+from ftis.node.swarm.identity import IdentityError, ensure_identity, peer_id_of_owner, signing_key
+from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
+from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.records import all_shard_keys, record_validators, run_prefix, shard_key, shard_of
+from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats
+from ftis.protocol import DecodeError, RolloutBatch
+from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
+from ftis.protocol.limits import MAX_PAYLOAD_BYTES
+
+logger = logging.getLogger(__name__)
+
+_HEADER = 8  # bytes of a sequence number or a length on the stream
+_REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
+
+
+class SwarmError(RuntimeError):
+    """The swarm could not be joined (bad peer address, start-up timeout, identity in use...)."""
+
+
+def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
+    """A started DHT peer with this run's validators; returns it and the subkey it signs with.
+
+    The identity file is created when missing; a new one is not checked for being in use (hivemind's
+    check starts a throwaway daemon, which doubles start-up).
+    """
+    fresh = not identity_path.exists()
+    identity_path = ensure_identity(identity_path)
+    validators = record_validators(config.run_id, config.shards, signing_key(identity_path) if announce else None)
+    try:
+        dht = hivemind.DHT(
+            initial_peers=list(config.initial_peers) or None,
+            start=False,
+            host_maddrs=list(config.host_maddrs),
+            announce_maddrs=list(config.announce_maddrs) or None,
+            identity_path=str(identity_path),
+            check_if_identity_free=not fresh,
+            client_mode=config.client_mode,
+            record_validators=validators,
+        )
+        dht.run_in_background(await_ready=True, timeout=config.start_timeout_s)
+    except Exception as error:  # hivemind raises many types here (P2PDaemonError, TimeoutError, ValueError...)
+        raise SwarmError(f"cannot join the swarm: {type(error).__name__}: {error}") from None
+    return dht, validators[0].local_public_key
+
+
+class HivemindTransport:
+    def __init__(self, config: SwarmConfig, tokenizer: str):
+        self._config = config
+        self._scratch: Path | None = None
+        identity = config.identity_path
+        if identity is None:  # a fresh identity per run, still a file: the peer id and the signing key agree
+            self._scratch = Path(tempfile.mkdtemp(prefix="ftis-identity-"))
+            identity = self._scratch / "identity.key"
+        try:
+            self._dht, self._owner = start_dht(config, identity, announce=True)
+        except (SwarmError, IdentityError) as error:
+            self._remove_scratch()
+            raise SwarmError(str(error)) from None
+        self._peer_id = self._dht.peer_id.to_base58()
+        self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
+        self._handler = f"{run_prefix(config.run_id)}.batch"
+        limits = InboxLimits(config.max_age_s, config.per_peer_quota, config.max_buffered_batches,
+                             config.max_buffered_bytes)
+        self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=get_dht_time)
+        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=get_dht_time)
+        self._members: dict[str, Member] = {}
+        self._owners: dict[bytes, str | None] = {}  # subkey -> peer id it proves (None: not a valid key)
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ftis-swarm", daemon=True)
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(config.start_timeout_s)
+        except Exception as error:
+            self.close()
+            raise SwarmError(f"cannot start the exchange: {type(error).__name__}: {error}") from None
+
+    # ---------------------------------------------------------------- the training thread's side
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    @property
+    def visible_maddrs(self) -> list[str]:
+        return [str(maddr) for maddr in self._dht.get_visible_maddrs()]
+
+    def publish(self, batch: RolloutBatch) -> BatchDescriptor:
+        self._check_open()
+        descriptor = self._outbox.add(batch)
+        self._loop.call_soon_threadsafe(self._announce_now.set)
+        return descriptor
+
+    def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        self._check_open()
+        return self._inbox.drain(max_batches)
+
+    def members(self) -> list[Member]:
+        members = dict(self._members)
+        own = self._outbox.announcement()
+        if own is not None:
+            members[self._peer_id] = _member(own)
+        return sorted(members.values(), key=lambda m: m.peer_id)
+
+    def stats(self) -> TransportStats:
+        stats = self._inbox.stats()
+        stats.published_batches, stats.published_bytes = self._outbox.published
+        return stats
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._dht.shutdown()  # ends the DHT process and its p2pd
+        self._remove_scratch()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    # ---------------------------------------------------------------- the network thread's side
+
+    async def _start(self) -> None:
+        self._announce_now = asyncio.Event()
+        self._fetch_slots = asyncio.Semaphore(self._config.max_concurrent_fetches)
+        self._p2p = await self._dht.replicate_p2p()
+        await self._p2p.add_binary_stream_handler(self._handler, self._serve)
+        self._tasks = [asyncio.create_task(self._announcer()), asyncio.create_task(self._poller())]
+        self._fetches: set[asyncio.Task] = set()
+
+    async def _stop(self) -> None:
+        for task in [*self._tasks, *self._fetches]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._fetches, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self._p2p.remove_binary_stream_handler(self._handler)
+
+    async def _announcer(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._announce_now.wait(), self._config.announce_interval_s)
+            self._announce_now.clear()
+            announcement = self._outbox.announcement()
+            if announcement is None:
+                continue
+            try:
+                stored = await self._dht.store(
+                    self._key,
+                    subkey=self._owner,
+                    value=encode_announcement(announcement),
+                    expiration_time=get_dht_time() + self._config.announcement_ttl_s,
+                    return_future=True,
+                )
+                if not stored:
+                    logger.warning("announcement not stored (no DHT peer accepted it); retrying")
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # keep announcing: the next round may succeed
+                logger.warning("announcement failed: %s: %s", type(error).__name__, error)
+
+    async def _poller(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a failed poll is retried next period, never fatal
+                logger.warning("reading announcements failed: %s: %s", type(error).__name__, error)
+            await asyncio.sleep(max(0.0, self._config.poll_interval_s - (time.monotonic() - started)))
+
+    async def _poll_once(self) -> None:
+        keys = all_shard_keys(self._config.run_id, self._config.shards)
+        results = await asyncio.gather(
+            *(self._dht.get(key, latest=True, return_future=True) for key in keys), return_exceptions=True
+        )
+        members = {}
+        for result in results:
+            if isinstance(result, BaseException) or result is None or not isinstance(result.value, dict):
+                continue
+            for subkey, entry in result.value.items():
+                announcement = self._announcement(subkey, entry.value)
+                if announcement is None or announcement.peer_id == self._peer_id:
+                    continue
+                members[announcement.peer_id] = _member(announcement)
+                for descriptor in announcement.batches:
+                    if self._inbox.consider(announcement, descriptor):
+                        task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
+                        self._fetches.add(task)
+                        task.add_done_callback(self._fetches.discard)
+        self._members = members
+
+    def _announcement(self, subkey: bytes, value: object) -> Announcement | None:
+        """A peer's announcement, if it is valid and signed by the peer it is about."""
+        if subkey not in self._owners:
+            try:
+                self._owners[subkey] = peer_id_of_owner(subkey)
+            except IdentityError:
+                self._owners[subkey] = None
+        owner = self._owners[subkey]
+        if owner is None or owner == self._peer_id:
+            return None
+        try:
+            if not isinstance(value, bytes):
+                raise DecodeError("announcement", f"expected bytes, got {type(value).__name__}")
+            announcement = decode_announcement(value)
+        except DecodeError:
+            self._inbox.reject_announcement(owner)
+            return None
+        if announcement.peer_id != owner:
+            self._inbox.reject_announcement(owner)
+            return None
+        return announcement
+
+    async def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
+        async with self._fetch_slots:
+            try:
+                data = await asyncio.wait_for(self._download(peer_id, descriptor), self._config.fetch_timeout_s)
+                batch = open_payload(descriptor, data)
+            except Rejected as rejected:
+                self._inbox.fail(peer_id, descriptor, rejected.reason)
+                logger.info("refused batch %s of %s: %s", descriptor.seq, peer_id, rejected)
+                return
+            except asyncio.CancelledError:
+                self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
+                raise
+            except Exception as error:  # timeouts, refused connections, streams closed early
+                self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
+                logger.info("fetching batch %s of %s failed: %s: %s", descriptor.seq, peer_id,
+                            type(error).__name__, error)
+                return
+            self._inbox.deliver(peer_id, descriptor, batch, len(data))
+
+    async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> bytes:
+        _, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
+        try:
+            writer.write(descriptor.seq.to_bytes(_HEADER, "big"))
+            await writer.drain()
+            length = int.from_bytes(await reader.readexactly(_HEADER), "big")
+            if length == 0:
+                raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
+            if length > descriptor.bytes or length > MAX_PAYLOAD_BYTES:  # before reading a byte of it
+                raise Rejected(TOO_LARGE, f"the peer sends {length} bytes, {descriptor.bytes} announced")
+            return await reader.readexactly(length)
+        finally:
+            writer.close()
+
+    async def _serve(self, _info: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readexactly(_HEADER), _REQUEST_TIMEOUT_S)
+            payload = self._outbox.payload(int.from_bytes(request, "big")) or b""
+            writer.write(len(payload).to_bytes(_HEADER, "big") + payload)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as error:
+            logger.debug("a fetch of ours ended early: %s", error)
+        finally:
+            writer.close()
+
+
+def _member(announcement: Announcement) -> Member:
+    return Member(
+        peer_id=announcement.peer_id,
+        model=announcement.model,
+        adapter=announcement.adapter,
+        tokenizer=announcement.tokenizer,
+        policy_version=announcement.policy_version,
+        published_batches=announcement.published_batches,
+        published_tokens=announcement.published_tokens,
+        last_seen=announcement.updated_at,
+    )
