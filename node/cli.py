@@ -4,11 +4,17 @@ Heavy imports (torch, hivemind, transformers) happen inside commands, never here
 ``ftis-node --help`` returns at once.
 """
 
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from ftis.node.config import SwarmConfig
+
+_STARTED = time.monotonic()  # start-up times are reported from here
 
 app = typer.Typer(
     name="ftis-node",
@@ -63,6 +69,92 @@ def inspect_command(
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         typer.echo(f"{label:<{width}}  {value}")
+
+
+def _swarm_config(**settings: object) -> "SwarmConfig":
+    """A SwarmConfig from the options given (None = default); a bad value exits with its reason."""
+    from pydantic import ValidationError
+
+    from ftis.node.config import SwarmConfig
+
+    try:
+        return SwarmConfig(**{key: value for key, value in settings.items() if value is not None})
+    except ValidationError as error:
+        for problem in error.errors():
+            typer.echo(f"error: {'.'.join(str(p) for p in problem['loc']) or 'swarm'}: {problem['msg']}", err=True)
+        raise typer.Exit(2) from None
+
+
+RunId = Annotated[str | None, typer.Option("--run-id", help="The run to serve or read (default: ftis-demo).")]
+Shards = Annotated[int | None, typer.Option("--shards", help="DHT keys the run's announcements use (default 8).")]
+
+
+@app.command("bootstrap")
+def bootstrap_command(
+    host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help="Listen here (repeatable).")] = None,
+    announce_maddrs: Annotated[
+        list[str] | None, typer.Option("--announce-maddrs", help="Advertise these public addresses (repeatable).")
+    ] = None,
+    identity: Annotated[
+        Path | None, typer.Option("--identity", help="Key file: keeps the peer id across restarts (created if new).")
+    ] = None,
+    run_id: RunId = None,
+    shards: Shards = None,
+    log_interval: Annotated[float, typer.Option("--log-interval", help="Seconds between peer counts.")] = 30.0,
+) -> None:
+    """Run a DHT-only entry peer and print the addresses nodes join with. Ctrl-C or SIGTERM stops it."""
+    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.swarm.bootstrap import run_bootstrap
+    from ftis.node.swarm.transport import SwarmError
+
+    config = _swarm_config(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity,
+                           run_id=run_id, shards=shards)
+    exit_on_sigterm()
+    try:
+        run_bootstrap(config, log_interval, lambda line: typer.echo(line), started=_STARTED)
+    except SwarmError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, Terminated):
+        typer.echo("stopped: the DHT and p2pd are shut down")
+
+
+@app.command("status")
+def status_command(
+    peer: Annotated[list[str], typer.Option("--peer", help="Full multiaddr of any member (repeatable).")],
+    run_id: RunId = None,
+    shards: Shards = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+) -> None:
+    """Join as a light client, print the swarm's members, exit."""
+    import json
+    import shutil
+    import tempfile
+
+    from ftis.node.swarm.directory import read_members
+    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.transport import SwarmError
+
+    config = _swarm_config(initial_peers=peer, run_id=run_id, shards=shards, client_mode=True,
+                           host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
+    try:
+        dht, _ = start_dht(config, scratch / "identity.key", announce=False)
+        try:
+            members = read_members(dht, config.run_id, config.shards)
+        finally:
+            dht.shutdown()
+    except SwarmError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if as_json:
+        typer.echo(json.dumps([member.__dict__ for member in members], indent=2))
+        return
+    from ftis.node.swarm.status import members_table
+
+    typer.echo(members_table(members, config.run_id))
 
 
 def main() -> None:

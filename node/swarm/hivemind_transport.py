@@ -30,23 +30,20 @@ from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.identity import IdentityError, ensure_identity, peer_id_of_owner, signing_key
+from ftis.node.swarm.directory import Directory
+from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
 from ftis.node.swarm.outbox import Outbox
 from ftis.node.swarm.records import all_shard_keys, record_validators, run_prefix, shard_key, shard_of
-from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats
-from ftis.protocol import DecodeError, RolloutBatch
-from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
+from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
+from ftis.protocol import RolloutBatch
+from ftis.protocol.announcement import BatchDescriptor, encode_announcement
 from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 
 logger = logging.getLogger(__name__)
 
 _HEADER = 8  # bytes of a sequence number or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
-
-
-class SwarmError(RuntimeError):
-    """The swarm could not be joined (bad peer address, start-up timeout, identity in use...)."""
 
 
 def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
@@ -56,8 +53,12 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
     check starts a throwaway daemon, which doubles start-up).
     """
     fresh = not identity_path.exists()
-    identity_path = ensure_identity(identity_path)
-    validators = record_validators(config.run_id, config.shards, signing_key(identity_path) if announce else None)
+    try:
+        identity_path = ensure_identity(identity_path)
+        key = signing_key(identity_path) if announce else None
+    except IdentityError as error:
+        raise SwarmError(str(error)) from None
+    validators = record_validators(config.run_id, config.shards, key)
     try:
         dht = hivemind.DHT(
             initial_peers=list(config.initial_peers) or None,
@@ -85,9 +86,9 @@ class HivemindTransport:
             identity = self._scratch / "identity.key"
         try:
             self._dht, self._owner = start_dht(config, identity, announce=True)
-        except (SwarmError, IdentityError) as error:
+        except SwarmError:
             self._remove_scratch()
-            raise SwarmError(str(error)) from None
+            raise
         self._peer_id = self._dht.peer_id.to_base58()
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
@@ -96,7 +97,7 @@ class HivemindTransport:
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=get_dht_time)
         self._inbox = Inbox(config.run_id, tokenizer, limits, clock=get_dht_time)
         self._members: dict[str, Member] = {}
-        self._owners: dict[bytes, str | None] = {}  # subkey -> peer id it proves (None: not a valid key)
+        self._directory = Directory()
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ftis-swarm", daemon=True)
@@ -131,7 +132,7 @@ class HivemindTransport:
         members = dict(self._members)
         own = self._outbox.announcement()
         if own is not None:
-            members[self._peer_id] = _member(own)
+            members[self._peer_id] = member_of(own)
         return sorted(members.values(), key=lambda m: m.peer_id)
 
     def stats(self) -> TransportStats:
@@ -212,46 +213,23 @@ class HivemindTransport:
 
     async def _poll_once(self) -> None:
         keys = all_shard_keys(self._config.run_id, self._config.shards)
-        results = await asyncio.gather(
+        values = await asyncio.gather(
             *(self._dht.get(key, latest=True, return_future=True) for key in keys), return_exceptions=True
         )
+        reading = self._directory.read(value for value in values if not isinstance(value, BaseException))
+        for peer_id, record in reading.rejected:
+            self._inbox.reject_announcement(peer_id, record)
         members = {}
-        for result in results:
-            if isinstance(result, BaseException) or result is None or not isinstance(result.value, dict):
+        for announcement in reading.announcements:
+            if announcement.peer_id == self._peer_id:
                 continue
-            for subkey, entry in result.value.items():
-                announcement = self._announcement(subkey, entry.value)
-                if announcement is None or announcement.peer_id == self._peer_id:
-                    continue
-                members[announcement.peer_id] = _member(announcement)
-                for descriptor in announcement.batches:
-                    if self._inbox.consider(announcement, descriptor):
-                        task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
-                        self._fetches.add(task)
-                        task.add_done_callback(self._fetches.discard)
+            members[announcement.peer_id] = member_of(announcement)
+            for descriptor in announcement.batches:
+                if self._inbox.consider(announcement, descriptor):
+                    task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
         self._members = members
-
-    def _announcement(self, subkey: bytes, value: object) -> Announcement | None:
-        """A peer's announcement, if it is valid and signed by the peer it is about."""
-        if subkey not in self._owners:
-            try:
-                self._owners[subkey] = peer_id_of_owner(subkey)
-            except IdentityError:
-                self._owners[subkey] = None
-        owner = self._owners[subkey]
-        if owner is None or owner == self._peer_id:
-            return None
-        try:
-            if not isinstance(value, bytes):
-                raise DecodeError("announcement", f"expected bytes, got {type(value).__name__}")
-            announcement = decode_announcement(value)
-        except DecodeError:
-            self._inbox.reject_announcement(owner)
-            return None
-        if announcement.peer_id != owner:
-            self._inbox.reject_announcement(owner)
-            return None
-        return announcement
 
     async def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
         async with self._fetch_slots:
@@ -297,15 +275,3 @@ class HivemindTransport:
         finally:
             writer.close()
 
-
-def _member(announcement: Announcement) -> Member:
-    return Member(
-        peer_id=announcement.peer_id,
-        model=announcement.model,
-        adapter=announcement.adapter,
-        tokenizer=announcement.tokenizer,
-        policy_version=announcement.policy_version,
-        published_batches=announcement.published_batches,
-        published_tokens=announcement.published_tokens,
-        last_seen=announcement.updated_at,
-    )

@@ -48,21 +48,39 @@ class Inbox:
         self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, seq) -> created_at
+        # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered
+        # already (or is stale anyway), so a publisher still listing it is not counted again each poll
+        self._forgotten: dict[str, float] = {}
         self._pending: dict[tuple[str, int], int] = {}  # (peer, seq) -> bytes, in flight or queued
         self._in_flight: set[tuple[str, int]] = set()
+        # Refused only for lack of room (quota, buffer): counted once, asked again once room frees.
+        self._deferred: set[tuple[str, int]] = set()
+        self._bad_announcements: dict[str, bytes] = {}  # peer -> digest of its last bad record, counted once
+        self._next_prune = -float("inf")
         self._queue: deque[ReceivedBatch] = deque()
         self._stats = TransportStats()
 
     def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
-        """Whether to fetch this announced batch now. Each (peer, seq) gets one answer ever."""
+        """Whether to fetch this announced batch now. Each (peer, seq) gets one final answer; a batch
+        refused only for lack of room is asked about again on later polls, and counted once."""
         key = (announcement.peer_id, descriptor.seq)
         with self._lock:
             now = self._clock()
-            self._forget_older_than(now - self._limits.max_age_s)
-            if key in self._seen:
+            if now >= self._next_prune:  # at most once a second: a poll considers every listed batch
+                self._forget_older_than(now - self._limits.max_age_s)
+                self._next_prune = now + 1.0
+            if key in self._seen and key not in self._deferred:
+                return False
+            if descriptor.created_at <= self._forgotten.get(announcement.peer_id, -1.0):
                 return False
             self._seen[key] = descriptor.created_at
             reason = self._refusal(announcement, descriptor, now)
+            if reason in (PEER_QUOTA, BUFFER_FULL):
+                if key not in self._deferred:
+                    self._deferred.add(key)
+                    self._count(announcement.peer_id, reason)
+                return False
+            self._deferred.discard(key)
             if reason is not None:
                 self._count(announcement.peer_id, reason)
                 return False
@@ -111,9 +129,13 @@ class Inbox:
                 del self._pending[key]
                 self._count(peer_id, reason)
 
-    def reject_announcement(self, peer_id: str) -> None:
+    def reject_announcement(self, peer_id: str, record: bytes = b"") -> None:
+        """Count a peer's invalid announcement record, once per distinct record (polls see it again)."""
+        digest = hashlib.sha256(record).digest()
         with self._lock:
-            self._count(peer_id, BAD_ANNOUNCEMENT)
+            if self._bad_announcements.get(peer_id) != digest:
+                self._bad_announcements[peer_id] = digest
+                self._count(peer_id, BAD_ANNOUNCEMENT)
 
     def drain(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         with self._lock:
@@ -139,7 +161,9 @@ class Inbox:
         """Seen entries of batches too old to be accepted again anyway: bounded memory."""
         stale = [key for key, created_at in self._seen.items() if created_at < cutoff and key not in self._pending]
         for key in stale:
-            del self._seen[key]
+            created_at = self._seen.pop(key)
+            self._deferred.discard(key)
+            self._forgotten[key[0]] = max(created_at, self._forgotten.get(key[0], created_at))
 
 
 class Rejected(Exception):

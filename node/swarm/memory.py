@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected, open_payload
 from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats
+from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import DecodeError, RolloutBatch
-from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
+from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
 
 
 class MemoryHub:
@@ -79,12 +79,12 @@ class MemoryTransport:
             try:
                 announcement = decode_announcement(data)
             except DecodeError:
-                self._inbox.reject_announcement(peer_id)
+                self._inbox.reject_announcement(peer_id, data)
                 continue
             if announcement.peer_id != peer_id:  # on the DHT: signed by another key than peer_id's
-                self._inbox.reject_announcement(peer_id)
+                self._inbox.reject_announcement(peer_id, data)
                 continue
-            self._members[peer_id] = _member(announcement)
+            self._members[peer_id] = member_of(announcement)
             for descriptor in announcement.batches:
                 if self._inbox.consider(announcement, descriptor):
                     self._fetch(peer_id, descriptor)
@@ -106,7 +106,7 @@ class MemoryTransport:
         own = self._outbox.announcement()
         members = dict(self._members)
         if own is not None:
-            members[self._peer_id] = _member(own)
+            members[self._peer_id] = member_of(own)
         return sorted(members.values(), key=lambda m: m.peer_id)
 
     def stats(self) -> TransportStats:
@@ -122,18 +122,4 @@ class MemoryTransport:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the transport is closed")
-
-
-def _member(announcement: Announcement) -> Member:
-    return Member(
-        peer_id=announcement.peer_id,
-        model=announcement.model,
-        adapter=announcement.adapter,
-        tokenizer=announcement.tokenizer,
-        policy_version=announcement.policy_version,
-        published_batches=announcement.published_batches,
-        published_tokens=announcement.published_tokens,
-        last_seen=announcement.updated_at,
-    )
-
 

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ftis.protocol import RolloutBatch
-from ftis.protocol.announcement import BatchDescriptor
+from ftis.protocol.announcement import Announcement, BatchDescriptor
+
+
+class SwarmError(RuntimeError):
+    """The swarm could not be joined: a bad peer address, a start-up timeout, an unusable identity..."""
 
 
 @dataclass(frozen=True)
@@ -69,3 +73,16 @@ class Transport(Protocol):
     def close(self) -> None:
         """Stop all network work and release everything; idempotent."""
         ...
+
+
+def member_of(announcement: Announcement) -> Member:
+    return Member(
+        peer_id=announcement.peer_id,
+        model=announcement.model,
+        adapter=announcement.adapter,
+        tokenizer=announcement.tokenizer,
+        policy_version=announcement.policy_version,
+        published_batches=announcement.published_batches,
+        published_tokens=announcement.published_tokens,
+        last_seen=announcement.updated_at,
+    )

@@ -1,0 +1,65 @@
+"""The bootstrap peer: a DHT-only member that others join through. No model code is imported;
+hivemind itself imports torch, which dominates start-up (``run_bootstrap`` reports both times).
+
+It installs the run's record validators like every node, so it stores and serves only valid,
+signed announcements, and it logs how many peers it sees every ``log_interval_s``.
+"""
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ftis.node.config import SwarmConfig
+
+logger = logging.getLogger(__name__)
+
+
+def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[str], None],
+                  stop: Callable[[], bool] = lambda: False, started: float | None = None) -> None:
+    """Run until ``stop()`` is true, Ctrl-C or SIGTERM (see ``ftis.node.signals``); always shuts down.
+    ``started`` (``time.monotonic()``) is when the command began, for the start-up time it reports."""
+    started = time.monotonic() if started is None else started
+    import hivemind  # noqa: F401  (the torch import inside it is most of the start-up)
+
+    from ftis.node.swarm.directory import read_members
+    from ftis.node.swarm.hivemind_transport import start_dht
+
+    imported = time.monotonic()
+    scratch = None
+    identity = config.identity_path
+    if identity is None:
+        scratch = Path(tempfile.mkdtemp(prefix="ftis-identity-"))
+        identity = scratch / "identity.key"
+    try:
+        dht, _ = start_dht(config, Path(identity), announce=False)
+    except Exception:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    try:
+        ready = time.monotonic()
+        echo(f"bootstrap peer {dht.peer_id.to_base58()} for run {config.run_id!r} is up "
+             f"(start-up {ready - started:.1f} s; hivemind and torch were imported after {imported - started:.1f} s)")
+        echo("nodes join with:")
+        for maddr in dht.get_visible_maddrs():
+            echo(f"  ftis-node join --peer {maddr}")
+        next_log = time.monotonic() + log_interval_s
+        while not stop():
+            time.sleep(min(0.2, log_interval_s))
+            if time.monotonic() >= next_log:
+                next_log += log_interval_s
+                neighbours = dht.run_coroutine(_count_neighbours)
+                members = read_members(dht, config.run_id, config.shards)
+                echo(f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
+                     f"members announcing in run {config.run_id!r}: {len(members)}")
+    finally:
+        dht.shutdown()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _count_neighbours(_dht: object, node: object) -> int:
+    return len(node.protocol.routing_table.uid_to_peer_id)

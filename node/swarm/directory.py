@@ -1,0 +1,70 @@
+"""Reading a run's announcements out of the DHT: each entry of a shard key is a signed subkey (the
+owner's public key) and an announcement. An announcement counts only if it decodes strictly and
+describes the very peer whose key signed it (its peer id derives from that key)."""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import hivemind
+
+from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
+from ftis.node.swarm.records import all_shard_keys
+from ftis.node.swarm.transport import Member, member_of
+from ftis.protocol import DecodeError
+from ftis.protocol.announcement import Announcement, decode_announcement
+
+
+@dataclass(frozen=True)
+class Reading:
+    announcements: list[Announcement]
+    rejected: list[tuple[str, bytes]]  # (peer id, its record) for invalid entries
+
+
+class Directory:
+    def __init__(self) -> None:
+        self._owners: dict[bytes, str | None] = {}  # subkey -> the peer id its key proves (None: invalid)
+
+    def read(self, shard_values: Iterable[object]) -> Reading:
+        """Announcements from the values a DHT ``get`` returned for the shard keys (None if absent)."""
+        announcements, rejected = [], []
+        for value in shard_values:
+            entries = getattr(value, "value", None)
+            if not isinstance(entries, dict):
+                continue
+            for subkey, entry in entries.items():
+                owner = self._owner(subkey)
+                if owner is None:
+                    continue  # no key, no way to blame anyone: the DHT's validators keep these out anyway
+                record = getattr(entry, "value", None)
+                announcement = _decode(record)
+                if announcement is None or announcement.peer_id != owner:
+                    rejected.append((owner, record if isinstance(record, bytes) else repr(record).encode()))
+                else:
+                    announcements.append(announcement)
+        return Reading(announcements, rejected)
+
+    def _owner(self, subkey: object) -> str | None:
+        if not isinstance(subkey, bytes):
+            return None
+        if subkey not in self._owners:
+            try:
+                self._owners[subkey] = peer_id_of_owner(subkey)
+            except IdentityError:
+                self._owners[subkey] = None
+        return self._owners[subkey]
+
+
+def _decode(value: object) -> Announcement | None:
+    if not isinstance(value, bytes):
+        return None
+    try:
+        return decode_announcement(value)
+    except DecodeError:
+        return None
+
+
+def read_members(dht: hivemind.DHT, run_id: str, shards: int) -> list[Member]:
+    """The run's members now (blocking: for one-shot readers like ``ftis-node status``)."""
+    values = [dht.get(key, latest=True) for key in all_shard_keys(run_id, shards)]
+    return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
+

@@ -1,0 +1,367 @@
+"""The receive policy (``Inbox``, ``open_payload``) and the publishing side (``Outbox``) that every
+transport shares, tested alone with a fake clock and no network.
+
+Run: python -m pytest tests/test_inbox.py -q
+
+An inbox answers each announced (peer, seq) once: ``consider`` says whether to fetch it, ``deliver`` or
+``fail`` settle a fetch, ``drain`` hands queued batches over. Every refusal is counted by peer and
+reason; these tests read the counts from ``stats().rejections``.
+"""
+
+import hashlib
+from dataclasses import replace
+
+import msgpack
+import pytest
+from swarm_helpers import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
+
+from ftis.node.swarm.inbox import (
+    BUFFER_FULL,
+    DECODE_ERROR,
+    FETCH_FAILED,
+    HASH_MISMATCH,
+    NOT_AS_ANNOUNCED,
+    OTHER_RUN,
+    PEER_QUOTA,
+    STALE,
+    TOO_LARGE,
+    Inbox,
+    InboxLimits,
+    Rejected,
+    open_payload,
+)
+from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
+from ftis.node.swarm.outbox import Outbox
+from ftis.protocol import encode
+from ftis.protocol.announcement import decode_announcement, encode_announcement
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
+
+MAX_AGE = 60.0
+LIMITS = InboxLimits(max_age_s=MAX_AGE, per_peer_quota=2, max_batches=4, max_bytes=1 << 20)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def make_inbox(clock, **limits) -> Inbox:
+    return Inbox(RUN_ID, TOKENIZER, replace(LIMITS, **limits), clock)
+
+
+def offer(inbox: Inbox, peer: str, seq: int, created_at: float = T0, **batch) -> bool:
+    """Announce one batch of ``peer`` to ``inbox``; whether it would be fetched."""
+    p = publish(make_batch(peer, seq, created_at, **batch))
+    return inbox.consider(p.announcement, p.descriptor)
+
+
+def fetch(inbox: Inbox, peer: str, seq: int, created_at: float = T0) -> bool:
+    """Announce, and if considered, deliver what was announced (a fetch that went well)."""
+    p = publish(make_batch(peer, seq, created_at))
+    return inbox.consider(p.announcement, p.descriptor) and inbox.deliver(peer, p.descriptor, p.batch, len(p.data))
+
+
+def rejections(inbox: Inbox) -> dict[tuple[str, str], int]:
+    return inbox.stats().rejections
+
+
+# --- consider ---------------------------------------------------------------------------------------
+
+
+def test_a_fresh_batch_is_considered_once_and_only_once(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("alice", 0))
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert not inbox.consider(p.announcement, p.descriptor)  # in flight
+    assert inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
+    assert not inbox.consider(p.announcement, p.descriptor)  # queued
+    assert len(inbox.drain()) == 1
+    assert not inbox.consider(p.announcement, p.descriptor)  # delivered
+    assert rejections(inbox) == {}
+
+
+def test_another_run_is_refused_and_counted(clock):
+    inbox = make_inbox(clock)
+    assert not offer(inbox, "alice", 0, run_id="run-b")
+    assert not offer(inbox, "alice", 0, run_id="run-b")  # answered once: not counted twice
+    assert rejections(inbox) == {("alice", OTHER_RUN): 1}
+
+
+def test_a_batch_older_than_max_age_is_stale(clock):
+    inbox = make_inbox(clock)
+    clock.advance(MAX_AGE)
+    assert offer(inbox, "alice", 0, created_at=T0)  # exactly max_age old: still accepted
+    assert not offer(inbox, "alice", 1, created_at=T0 - 0.001)
+    assert rejections(inbox) == {("alice", STALE): 1}
+
+
+def test_another_tokenizer_is_skipped_and_counted(clock):
+    inbox = make_inbox(clock)
+    assert not offer(inbox, "bob", 0, tokenizer="tok-b")
+    assert rejections(inbox) == {("bob", TOKENIZER_REASON): 1}
+
+
+def test_peer_quota_counts_in_flight_and_queued_batches_and_frees_on_drain(clock):
+    inbox = make_inbox(clock)  # quota 2
+    assert fetch(inbox, "alice", 0)  # queued
+    assert offer(inbox, "alice", 1)  # in flight
+    assert not offer(inbox, "alice", 2)
+    assert offer(inbox, "bob", 0)  # the quota is per peer
+    assert rejections(inbox) == {("alice", PEER_QUOTA): 1}
+    inbox.drain()  # alice 0 leaves the queue
+    assert offer(inbox, "alice", 3)
+    assert not offer(inbox, "alice", 2)  # a refused batch is not reconsidered
+
+
+def test_buffer_full_by_count(clock):
+    inbox = make_inbox(clock)  # 4 batches in all, 2 per peer
+    for peer in ("alice", "bob"):
+        assert offer(inbox, peer, 0) and fetch(inbox, peer, 1)
+    assert not offer(inbox, "carol", 0)
+    assert rejections(inbox) == {("carol", BUFFER_FULL): 1}
+    inbox.drain(1)
+    assert offer(inbox, "carol", 1)
+
+
+def test_buffer_full_by_bytes(clock):
+    size = len(encode(make_batch("alice", 0)))
+    inbox = make_inbox(clock, max_bytes=size + len(encode(make_batch("bob", 0))) - 1)
+    assert offer(inbox, "alice", 0)
+    assert not offer(inbox, "bob", 0)  # both would be one byte over the bound
+    assert rejections(inbox) == {("bob", BUFFER_FULL): 1}
+
+
+def test_a_batch_larger_than_the_whole_buffer_is_refused(clock):
+    inbox = make_inbox(clock, max_bytes=100)
+    assert not offer(inbox, "alice", 0)
+    assert rejections(inbox) == {("alice", BUFFER_FULL): 1}
+
+
+# --- deliver and fail -------------------------------------------------------------------------------
+
+
+def test_deliver_queues_only_considered_in_flight_batches(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("alice", 0))
+    assert not inbox.deliver("alice", p.descriptor, p.batch, len(p.data))  # never considered
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
+    assert not inbox.deliver("alice", p.descriptor, p.batch, len(p.data))  # already settled
+    [received] = inbox.drain()
+    assert (received.peer_id, received.batch, received.payload_bytes, received.received_at) == (
+        "alice", p.batch, len(p.data), T0)
+    stats = inbox.stats()
+    assert (stats.delivered_batches, stats.delivered_bytes) == (1, len(p.data))
+
+
+NOT_AS_ANNOUNCED_CASES = {
+    # mallory announces alice's batch (same bytes, so the hash matches) as her own: a replay
+    "replay_of_another_peer": lambda batch: make_batch("alice", batch.seq),
+    "other_seq": lambda batch: replace(batch, seq=batch.seq + 1),
+    "other_run": lambda batch: replace(batch, run_id="run-b"),
+    "other_tokenizer": lambda batch: replace(batch, tokenizer=replace(batch.tokenizer, fingerprint="tok-b")),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_AS_ANNOUNCED_CASES))
+def test_a_batch_other_than_the_announced_one_is_refused(clock, case):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("mallory", 0))
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert not inbox.deliver("mallory", p.descriptor, NOT_AS_ANNOUNCED_CASES[case](p.batch), len(p.data))
+    assert inbox.drain() == []
+    assert rejections(inbox) == {("mallory", NOT_AS_ANNOUNCED): 1}
+    assert offer(inbox, "mallory", 1) and offer(inbox, "mallory", 2)  # the quota was freed
+
+
+def test_fail_counts_frees_the_quota_and_never_retries(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("alice", 0))
+    assert inbox.consider(p.announcement, p.descriptor)
+    inbox.fail("alice", p.descriptor, FETCH_FAILED)
+    inbox.fail("alice", p.descriptor, FETCH_FAILED)  # settled already: not counted again
+    assert rejections(inbox) == {("alice", FETCH_FAILED): 1}
+    assert not inbox.consider(p.announcement, p.descriptor)  # not retried
+    assert not inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
+    assert offer(inbox, "alice", 1) and offer(inbox, "alice", 2)  # quota 2 is free again
+
+
+def test_bad_announcements_are_counted_once_per_distinct_record(clock):
+    inbox = make_inbox(clock)
+    inbox.reject_announcement("mallory", b"garbage")
+    inbox.reject_announcement("mallory", b"garbage")  # the same record, seen again at the next poll
+    assert rejections(inbox) == {("mallory", "bad_announcement"): 1}
+    inbox.reject_announcement("mallory", b"other garbage")
+    assert inbox.stats().rejected("bad_announcement") == 2
+
+
+# --- drain ------------------------------------------------------------------------------------------
+
+
+def test_drain_hands_over_oldest_first_up_to_max(clock):
+    inbox = make_inbox(clock)
+    for peer, seq in [("bob", 0), ("alice", 0), ("bob", 1), ("alice", 1)]:
+        assert fetch(inbox, peer, seq)
+        clock.advance(1)
+    assert inbox.drain(0) == []
+    first = inbox.drain(3)
+    assert [(r.peer_id, r.batch.seq) for r in first] == [("bob", 0), ("alice", 0), ("bob", 1)]
+    assert [r.received_at for r in first] == [T0, T0 + 1, T0 + 2]
+    assert [(r.peer_id, r.batch.seq) for r in inbox.drain(10)] == [("alice", 1)]
+    assert inbox.drain() == []
+
+
+# --- bounded memory ---------------------------------------------------------------------------------
+
+
+def test_seen_entries_are_forgotten_once_stale_and_stay_refused(clock):
+    inbox = make_inbox(clock, per_peer_quota=100, max_batches=100)
+    for seq in range(10):
+        assert fetch(inbox, "alice", seq)
+    assert len(inbox.drain()) == 10
+    clock.advance(MAX_AGE + 1)
+    assert fetch(inbox, "alice", 10, created_at=clock())  # any consider forgets what is too old
+    assert len(inbox._seen) == 1  # only alice 10 is remembered: memory stays bounded
+    assert len(inbox.drain()) == 1
+    for _ in range(3):  # the publisher keeps listing its old batches: never delivered again ...
+        assert not offer(inbox, "alice", 0)
+    assert inbox.drain() == []
+    assert rejections(inbox) == {}  # ... and, delivered once, not counted as rejected either
+
+
+def test_a_forgotten_stale_batch_is_refused_as_stale_once(clock):
+    inbox = make_inbox(clock)
+    clock.advance(MAX_AGE + 1)
+    assert offer(inbox, "alice", 1, created_at=clock())
+    created = clock()
+    for _ in range(3):  # a late joiner polling, once a second or so, a peer that still lists an old batch
+        assert not offer(inbox, "alice", 0, created_at=T0)
+        assert not offer(inbox, "alice", 1, created_at=created)  # in flight: answered already
+        clock.advance(1.5)  # pruning runs at most once a second
+    assert len(inbox._seen) == 1  # alice 0 was forgotten
+    assert rejections(inbox) == {("alice", STALE): 1}
+
+
+def test_a_batch_in_flight_is_not_forgotten(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("alice", 0))
+    assert inbox.consider(p.announcement, p.descriptor)
+    clock.advance(MAX_AGE + 1)  # a slow fetch
+    assert not inbox.consider(p.announcement, p.descriptor)
+    assert inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
+    assert len(inbox.drain()) == 1
+
+
+# --- open_payload -----------------------------------------------------------------------------------
+
+
+def test_open_payload_accepts_exactly_the_announced_bytes():
+    p = publish(make_batch("alice", 0))
+    assert open_payload(p.descriptor, p.data) == p.batch
+
+
+def reason(descriptor, data) -> str:
+    with pytest.raises(Rejected) as caught:
+        open_payload(descriptor, data)
+    return caught.value.reason
+
+
+def test_open_payload_refusals():
+    p = publish(make_batch("alice", 0))
+    flipped = bytearray(p.data)
+    flipped[len(flipped) // 2] ^= 0xFF
+    assert reason(p.descriptor, p.data + b"\x00") == TOO_LARGE
+    assert reason(p.descriptor, p.data[:-1]) == FETCH_FAILED  # the stream closed early
+    assert reason(p.descriptor, b"") == FETCH_FAILED
+    assert reason(p.descriptor, bytes(flipped)) == HASH_MISMATCH
+
+def test_open_payload_decodes_strictly_what_matches_its_hash():
+    """A peer may sign an announcement of garbage: size and hash match, the strict decode refuses it."""
+    garbage = msgpack.packb({"v": 1, "kind": "batch", "body": {"nonsense": 1}})
+    descriptor = replace(publish(make_batch("alice", 0)).descriptor, bytes=len(garbage),
+                         sha256=hashlib.sha256(garbage).digest())
+    assert reason(descriptor, garbage) == DECODE_ERROR
+
+
+# --- Outbox -----------------------------------------------------------------------------------------
+
+
+def test_outbox_add_encodes_and_describes(clock):
+    outbox = Outbox(RUN_ID, "alice", clock=clock)
+    batch = make_batch("alice", 7, created_at=T0 - 5, policy_version=3)
+    p = publish(batch)
+    descriptor = outbox.add(batch)
+    assert descriptor == p.descriptor
+    assert (descriptor.groups, descriptor.tokens, descriptor.policy_version) == (2, batch.num_completion_tokens, 3)
+    assert outbox.payload(7) == encode(batch)
+    assert outbox.payload(8) is None
+    assert outbox.published == (1, len(p.data))
+
+
+def test_outbox_keeps_only_the_newest(clock):
+    outbox = Outbox(RUN_ID, "alice", keep=2, clock=clock)
+    for seq in (0, 1, 5):
+        outbox.add(make_batch("alice", seq))
+    assert outbox.payload(0) is None and outbox.payload(1) and outbox.payload(5)
+    assert [d.seq for d in outbox.announcement().batches] == [1, 5]
+    assert outbox.published[0] == 3  # totals count everything ever published
+
+
+@pytest.mark.parametrize("keep", [0, MAX_ANNOUNCED_BATCHES + 1])
+def test_outbox_keep_is_bounded_by_what_an_announcement_lists(keep):
+    with pytest.raises(ValueError):
+        Outbox(RUN_ID, "alice", keep=keep)
+
+
+@pytest.mark.parametrize("batch", [
+    make_batch("bob", 1),  # another peer's
+    make_batch("alice", 1, run_id="run-b"),  # another run's
+    make_batch("alice", 3),  # the same sequence number again
+    make_batch("alice", 2),  # a lower one
+])
+def test_outbox_refuses_what_this_node_must_not_publish(clock, batch):
+    outbox = Outbox(RUN_ID, "alice", clock=clock)
+    outbox.add(make_batch("alice", 3))
+    before = outbox.announcement()
+    with pytest.raises(ValueError):
+        outbox.add(batch)
+    assert outbox.announcement() == before
+    assert outbox.published == (1, len(encode(make_batch("alice", 3))))
+
+
+def test_outbox_announcement_lists_descriptors_and_totals(clock):
+    outbox = Outbox(RUN_ID, "alice", clock=clock)
+    assert outbox.announcement() is None  # nothing to announce yet
+    batches = [make_batch("alice", seq, policy_version=seq, model="m", adapter="lora") for seq in range(3)]
+    descriptors = [outbox.add(batch) for batch in batches]
+    clock.advance(2)
+    announcement = outbox.announcement()
+    assert announcement.batches == tuple(descriptors)
+    assert (announcement.run_id, announcement.peer_id, announcement.tokenizer) == (RUN_ID, "alice", TOKENIZER)
+    assert (announcement.model, announcement.adapter, announcement.policy_version) == ("m", "lora", 2)
+    assert announcement.published_batches == 3
+    assert announcement.published_tokens == sum(b.num_completion_tokens for b in batches)
+    assert announcement.updated_at == T0 + 2
+    assert decode_announcement(encode_announcement(announcement)) == announcement  # it fits the wire
+
+
+def test_a_full_outbox_announcement_fits_the_wire(clock):
+    outbox = Outbox(RUN_ID, "alice", clock=clock)
+    for seq in range(MAX_ANNOUNCED_BATCHES + 4):
+        outbox.add(make_batch("alice", seq))
+    announcement = outbox.announcement()
+    assert len(announcement.batches) == MAX_ANNOUNCED_BATCHES
+    assert decode_announcement(encode_announcement(announcement)) == announcement
+
+
+def test_a_batch_refused_for_lack_of_room_is_fetched_once_room_frees(clock):
+    inbox = make_inbox(clock, per_peer_quota=1)
+    first, second = publish(make_batch("alice", 0)), publish(make_batch("alice", 1))
+    assert inbox.consider(first.announcement, first.descriptor)
+    for _ in range(3):  # polls while alice's quota is full: refused, counted once
+        assert not inbox.consider(second.announcement, second.descriptor)
+    assert rejections(inbox) == {("alice", PEER_QUOTA): 1}
+    assert inbox.deliver("alice", first.descriptor, first.batch, len(first.data))
+    assert len(inbox.drain()) == 1  # the trainer took it: room again
+    assert inbox.consider(second.announcement, second.descriptor)
+    assert not inbox.consider(second.announcement, second.descriptor)  # now answered for good

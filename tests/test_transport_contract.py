@@ -1,0 +1,224 @@
+"""Contract tests of the ``Transport`` interface: what every implementation must do, written once and
+run against each implementation in ``IMPLEMENTATIONS``.
+
+Run: python -m pytest tests/test_transport_contract.py -q
+
+The ``swarm`` fixture yields a ``SwarmHarness``: ``swarm.peers(n)`` makes n connected transports in one
+run with one tokenizer, ``swarm.join(name, tokenizer=...)`` adds one more, and ``swarm.settle(receivers,
+predicate)`` calls ``receive()`` on each receiver until what they got satisfies the predicate or a
+deadline passes. Time is the harness's too: ``swarm.now()`` and ``swarm.advance(s)`` (a fake clock for
+the memory transport; real time, i.e. sleeping, for a network one).
+
+Negative checks never wait for something not to happen: a test publishes the batch that must not
+arrive, then a marker batch after it, settles until the marker arrives, and only then asserts that the
+other did not. That keeps them fast on a real network too.
+
+To add an implementation, write a context manager like ``memory_swarm`` and add one entry to
+``IMPLEMENTATIONS``.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+from swarm_helpers import RUN_ID, TOKENIZER, FakeClock, make_batch
+
+from ftis.node.swarm.inbox import InboxLimits
+from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.swarm.transport import ReceivedBatch, Transport
+from ftis.protocol import RolloutBatch, encode
+
+Received = dict[str, list[ReceivedBatch]]  # receiver's peer id -> what it got, in order
+
+
+# --- the harness ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SwarmHarness:
+    """Connected transports of one implementation, and the time they live in."""
+
+    join: Callable[..., Transport]  # (name, tokenizer=TOKENIZER) -> a new transport in the swarm
+    now: Callable[[], float]  # unix seconds, as the transports' clocks read it
+    advance: Callable[[float], None]  # let that much time pass
+    max_age_s: float  # the transports' InboxLimits.max_age_s
+    poll_interval_s: float  # between rounds of receive() in settle
+    timeout_s: float  # settle's default deadline
+    quiet_s: float  # how long to keep polling to see that nothing more arrives (a few poll periods)
+
+    def peers(self, n: int) -> list[Transport]:
+        return [self.join(f"peer-{i}") for i in range(n)]
+
+    def settle(self, receivers: list[Transport], predicate: Callable[[Received], bool],
+               timeout: float | None = None) -> Received:
+        """Everything ``receivers`` got, polling until ``predicate`` holds or ``timeout`` passes
+        (always at least one round of ``receive()``)."""
+        got: Received = {t.peer_id: [] for t in receivers}
+        deadline = time.monotonic() + (self.timeout_s if timeout is None else timeout)
+        while True:
+            for t in receivers:
+                got[t.peer_id] += t.receive()
+            if predicate(got) or time.monotonic() >= deadline:
+                return got
+            time.sleep(self.poll_interval_s)
+
+
+LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=64, max_batches=256, max_bytes=64 << 20)
+
+
+@contextmanager
+def memory_swarm() -> Iterator[SwarmHarness]:
+    hub, clock, transports = MemoryHub(), FakeClock(), []
+
+    def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
+        transports.append(MemoryTransport(hub, RUN_ID, name, tokenizer, LIMITS, clock=clock))
+        return transports[-1]
+
+    try:
+        yield SwarmHarness(join=join, now=clock, advance=clock.advance, max_age_s=LIMITS.max_age_s,
+                           poll_interval_s=0.0, timeout_s=1.0, quiet_s=0.0)
+    finally:
+        for t in transports:
+            t.close()
+
+
+IMPLEMENTATIONS = {"memory": memory_swarm}
+
+
+@pytest.fixture(params=list(IMPLEMENTATIONS))
+def swarm(request) -> Iterator[SwarmHarness]:
+    with IMPLEMENTATIONS[request.param]() as harness:
+        yield harness
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def ids(received: list[ReceivedBatch]) -> list[tuple[str, int]]:
+    return [(r.peer_id, r.batch.seq) for r in received]
+
+
+def has(expected: dict[str, set[tuple[str, int]]]) -> Callable[[Received], bool]:
+    """A settle predicate: each receiver got at least the (peer id, seq) pairs expected of it."""
+    return lambda got: all(expected[peer] <= set(ids(got[peer])) for peer in expected)
+
+
+def publish(t: Transport, seq: int, swarm: SwarmHarness, **batch) -> RolloutBatch:
+    created = make_batch(t.peer_id, seq, batch.pop("created_at", swarm.now()), **batch)
+    t.publish(created)
+    return created
+
+
+# --- contracts --------------------------------------------------------------------------------------
+
+
+def test_every_peer_gets_the_others_batches_exactly_once(swarm):
+    peers = swarm.peers(3)
+    published = {(t.peer_id, seq): publish(t, seq, swarm) for t in peers for seq in (0, 1)}
+    expected = {t.peer_id: {key for key in published if key[0] != t.peer_id} for t in peers}
+    got = swarm.settle(peers, has(expected))
+    for _ in range(3):  # more rounds bring nothing new
+        for peer, more in swarm.settle(peers, lambda _: False, timeout=swarm.quiet_s).items():
+            got[peer] += more
+    for t in peers:
+        assert sorted(ids(got[t.peer_id])) == sorted(expected[t.peer_id])  # once each, never its own
+        for r in got[t.peer_id]:
+            sent = published[(r.peer_id, r.batch.seq)]
+            assert r.batch.peer_id == r.peer_id != t.peer_id
+            assert r.batch == sent
+            assert encode(r.batch) == encode(sent)  # byte-identical on the wire
+            assert r.payload_bytes == len(encode(sent))
+
+
+def test_members_lists_every_peer_as_it_announced_itself(swarm):
+    peers = swarm.peers(3)
+    published: dict[str, list[RolloutBatch]] = {}
+    for i, t in enumerate(peers):
+        adapter = "lora" if i % 2 else "full"
+        published[t.peer_id] = [publish(t, seq, swarm, model=f"model-{i}", adapter=adapter, policy_version=10 * i + seq)
+                                for seq in range(i + 1)]
+    expected = {t.peer_id: {(p, b.seq) for p, bs in published.items() if p != t.peer_id for b in bs} for t in peers}
+    swarm.settle(peers, has(expected))
+    for t in peers:
+        members = {m.peer_id: m for m in t.members()}
+        assert set(members) == set(published)  # this node included
+        for peer, batches in published.items():
+            m, last = members[peer], batches[-1]
+            assert (m.model, m.adapter, m.tokenizer) == (last.policy.model, last.policy.adapter, TOKENIZER)
+            assert m.policy_version == last.policy.policy_version
+            assert m.published_batches == len(batches)
+            assert m.published_tokens == sum(b.num_completion_tokens for b in batches)
+
+
+def test_a_batch_older_than_max_age_is_not_delivered(swarm):
+    alice, bob = swarm.peers(2)
+    publish(alice, 0, swarm, created_at=swarm.now() - swarm.max_age_s - 5)
+    publish(alice, 1, swarm)  # the marker
+    got = swarm.settle([bob], has({bob.peer_id: {(alice.peer_id, 1)}}))
+    assert ids(got[bob.peer_id]) == [(alice.peer_id, 1)]
+    assert bob.stats().rejections == {(alice.peer_id, "stale"): 1}
+
+
+def test_another_tokenizer_is_skipped_and_counted(swarm):
+    alice, bob = swarm.peers(2)
+    odd = swarm.join("odd", tokenizer="tok-other")
+    publish(odd, 0, swarm, tokenizer="tok-other")
+    publish(alice, 0, swarm)  # the marker
+    got = swarm.settle([bob], has({bob.peer_id: {(alice.peer_id, 0)}}))
+    assert ids(got[bob.peer_id]) == [(alice.peer_id, 0)]
+    assert bob.stats().rejections == {(odd.peer_id, "tokenizer"): 1}
+    got = swarm.settle([odd], lambda _: (alice.peer_id, "tokenizer") in odd.stats().rejections)
+    assert got[odd.peer_id] == []  # and the odd one out skips everyone else's
+    assert odd.stats().rejections == {(alice.peer_id, "tokenizer"): 1}
+
+
+def test_a_late_joiner_gets_only_batches_within_max_age(swarm):
+    alice, bob = swarm.peers(2)
+    publish(alice, 0, swarm)
+    swarm.settle([bob], has({bob.peer_id: {(alice.peer_id, 0)}}))
+    swarm.advance(0.6 * swarm.max_age_s)
+    publish(alice, 1, swarm)
+    swarm.advance(0.6 * swarm.max_age_s)  # alice 0 is now too old, alice 1 is not
+    publish(alice, 2, swarm)  # the marker
+    carol = swarm.join("carol")
+    want = {alice.peer_id: set(), bob.peer_id: {(alice.peer_id, 1), (alice.peer_id, 2)},
+            carol.peer_id: {(alice.peer_id, 1), (alice.peer_id, 2)}}
+    got = swarm.settle([alice, bob, carol], has(want))
+    assert sorted(ids(got[carol.peer_id])) == sorted(want[carol.peer_id])
+    assert carol.stats().rejections == {(alice.peer_id, "stale"): 1}
+    assert sorted(ids(got[bob.peer_id])) == sorted(want[bob.peer_id])
+    assert bob.stats().rejections == {}  # bob got alice 0 in time: its ageing is no rejection
+
+
+def test_the_others_keep_exchanging_after_one_closes(swarm):
+    alice, bob, carol = swarm.peers(3)
+    publish(carol, 0, swarm)
+    carol.close()
+    carol.close()  # idempotent
+    with pytest.raises(RuntimeError):
+        carol.receive()
+    with pytest.raises(RuntimeError):
+        publish(carol, 1, swarm)
+    publish(alice, 0, swarm)
+    publish(bob, 0, swarm)
+    want = {alice.peer_id: {(bob.peer_id, 0)}, bob.peer_id: {(alice.peer_id, 0)}}
+    got = swarm.settle([alice, bob], has(want))
+    for t in (alice, bob):  # carol's batch may or may not have made it out: either is fine
+        assert want[t.peer_id] <= set(ids(got[t.peer_id])) <= want[t.peer_id] | {(carol.peer_id, 0)}
+
+
+def test_stats_count_published_and_delivered_batches_and_bytes(swarm):
+    alice, bob = swarm.peers(2)
+    sent = [publish(alice, 0, swarm), publish(alice, 1, swarm), publish(bob, 0, swarm)]
+    size = {(b.peer_id, b.seq): len(encode(b)) for b in sent}
+    got = swarm.settle([alice, bob], has({alice.peer_id: {(bob.peer_id, 0)},
+                                          bob.peer_id: {(alice.peer_id, 0), (alice.peer_id, 1)}}))
+    for t in (alice, bob):
+        stats = t.stats()
+        mine = [key for key in size if key[0] == t.peer_id]
+        theirs = ids(got[t.peer_id])
+        assert (stats.published_batches, stats.published_bytes) == (len(mine), sum(size[k] for k in mine))
+        assert (stats.delivered_batches, stats.delivered_bytes) == (len(theirs), sum(size[k] for k in theirs))
+        assert stats.rejections == {}
