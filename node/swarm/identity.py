@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.p2p import P2P, PeerID
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
@@ -65,8 +66,10 @@ def peer_id_of_owner(owner: bytes) -> str:
         raise IdentityError("not an owner marker")
     try:
         public_key = serialization.load_ssh_public_key(owner[len(b"[owner:") : -1])
-    except (ValueError, TypeError) as error:
+    except Exception as error:  # ValueError, UnsupportedAlgorithm...: any way a peer's bytes can fail
         raise IdentityError(f"not an RSA public key ({error})") from None
+    if not isinstance(public_key, rsa.RSAPublicKey):
+        raise IdentityError(f"not an RSA public key ({type(public_key).__name__})")
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     encoded = crypto_pb2.PublicKey(key_type=crypto_pb2.KeyType.RSA, data=der).SerializeToString()
     return PeerID(_SHA256_MULTIHASH + hashlib.sha256(encoded).digest()).to_base58()
