@@ -88,6 +88,22 @@ class LossConfig(_Section):
         )
 
 
+class TrainerConfig(_Section):
+    """The optimizer step on each round's groups (DESIGN §2)."""
+
+    learning_rate: float | None = Field(
+        None, gt=0, description="AdamW learning rate; default 1e-6 for full fine-tuning, 1e-4 for LoRA (the paper's)."
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradients are clipped to this global norm.")
+    max_tokens_per_microbatch: int = Field(
+        8192, ge=1, description="Padded tokens per forward pass: bounds memory. A micro-batch holds whole groups."
+    )
+
+    def lr_for(self, adapter: str) -> float:
+        return self.learning_rate if self.learning_rate is not None else (1e-4 if adapter == "lora" else 1e-6)
+
+
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
@@ -135,6 +151,7 @@ class NodeConfig(_Section):
 
     loss: LossConfig = Field(default_factory=LossConfig, description="The training loss.")
     swarm: SwarmConfig = Field(default_factory=SwarmConfig, description="The swarm and the exchange.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The optimizer step.")
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -1,0 +1,147 @@
+"""One optimizer step on a round's groups: the node's own fresh groups plus its peers'.
+
+For each micro-batch of whole groups: one forward pass gives ``logprobs`` (with gradient) at the
+samplers' temperatures; ``old_logprobs`` are the same values detached — the node takes exactly one
+optimizer step per round, so π_θold is the model before this step, which is the model of this
+forward pass. The chosen loss variant's value is weighted by the micro-batch's share of the
+completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
+version increases. Zero-variance groups are dropped before any forward pass (they teach nothing).
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ftis.node.config import LossConfig, TrainerConfig
+from ftis.node.loss import LossInputs, compute_loss
+from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.packing import micro_batches, pack
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    trained: bool  # False when no group had reward variance: no optimizer step was taken
+    policy_version: int  # after the step
+    loss: float
+    grad_norm: float
+    groups: int  # informative groups trained on
+    peer_groups: int
+    zero_variance_groups: int
+    sequences: int
+    tokens: int  # completion tokens trained on
+    filtered_fraction: float
+    filtered_advantage_fraction: float
+    filtered_divergence_fraction: float
+    is_weight_mean: float
+    is_weight_max: float
+    truncated_fraction: float
+    divergence_mean: float
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, adapter: str, loss: LossConfig, config: TrainerConfig,
+                 policy_version: int = 0, pad_id: int = 0):
+        self.model, self._loss, self._config, self._pad_id = model, loss, config, pad_id
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        if not self.parameters:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr_for(adapter),
+                                           weight_decay=config.weight_decay)
+        self.policy_version = policy_version
+
+    def step(self, groups: list[TrainingGroup]) -> StepMetrics:
+        started = time.perf_counter()
+        informative = [group for group in groups if group.informative]
+        skipped = len(groups) - len(informative)
+        total = sum(group.size for group in informative)
+        if not informative:
+            return _idle(self.policy_version, skipped, time.perf_counter() - started)
+        params = self._loss.params(step=self.policy_version)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = _Sums()
+        for chunk in micro_batches(informative, self._config.max_tokens_per_microbatch):
+            packed = pack(chunk, self._pad_id)
+            logprobs = completion_logprobs(self.model, packed)
+            inputs = LossInputs(
+                logprobs=logprobs,
+                old_logprobs=logprobs.detach(),
+                sampler_logprobs=packed.sampler_logprobs,
+                loss_mask=packed.loss_mask,
+                rewards=packed.rewards,
+                group_ids=packed.group_index,
+                off_policy=packed.off_policy,
+            )
+            out = compute_loss(self._loss.variant, inputs, params)
+            share = float(out.metrics.num_sequences) / total
+            (out.loss * share).backward()
+            sums.add(out, packed, share)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy_version += 1
+        return sums.metrics(
+            policy_version=self.policy_version,
+            grad_norm=float(grad_norm),
+            groups=len(informative),
+            peer_groups=sum(group.off_policy for group in informative),
+            zero_variance_groups=skipped,
+            sequences=total,
+            seconds=time.perf_counter() - started,
+        )
+
+
+class _Sums:
+    """Metrics of the micro-batches, combined with the weights that make them whole-step figures."""
+
+    def __init__(self) -> None:
+        self.loss = self.filtered = self.by_advantage = self.by_divergence = 0.0
+        self.weight_sum = self.truncated = self.divergence = 0.0
+        self.weight_max = 0.0
+        self.tokens = self.off_policy = 0
+
+    def add(self, out, packed, share: float) -> None:
+        m = out.metrics
+        tokens = int(packed.loss_mask.sum())
+        off_policy = int(packed.off_policy.sum())
+        self.loss += float(out.loss.detach()) * share
+        self.filtered += float(m.filtered_fraction) * share
+        self.by_advantage += float(m.filtered_advantage_fraction) * share
+        self.by_divergence += float(m.filtered_divergence_fraction) * share
+        self.weight_sum += float(m.is_weight_mean) * tokens
+        self.weight_max = max(self.weight_max, float(m.is_weight_max))
+        self.truncated += float(m.truncated_fraction) * tokens
+        self.divergence += float(m.divergence_mean) * off_policy
+        self.tokens += tokens
+        self.off_policy += off_policy
+
+    def metrics(self, **fields: object) -> StepMetrics:
+        return StepMetrics(
+            trained=True,
+            loss=self.loss,
+            tokens=self.tokens,
+            filtered_fraction=self.filtered,
+            filtered_advantage_fraction=self.by_advantage,
+            filtered_divergence_fraction=self.by_divergence,
+            is_weight_mean=self.weight_sum / max(self.tokens, 1),
+            is_weight_max=self.weight_max,
+            truncated_fraction=self.truncated / max(self.tokens, 1),
+            divergence_mean=self.divergence / max(self.off_policy, 1),
+            **fields,
+        )
+
+
+def _idle(policy_version: int, skipped: int, seconds: float) -> StepMetrics:
+    return StepMetrics(
+        trained=False, policy_version=policy_version, loss=0.0, grad_norm=0.0, groups=0, peer_groups=0,
+        zero_variance_groups=skipped, sequences=0, tokens=0, filtered_fraction=0.0,
+        filtered_advantage_fraction=0.0, filtered_divergence_fraction=0.0, is_weight_mean=0.0,
+        is_weight_max=0.0, truncated_fraction=0.0, divergence_mean=0.0, seconds=seconds,
+    )

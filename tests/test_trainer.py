@@ -1,0 +1,149 @@
+"""The trainer: packing reads each completion token's log-prob at the right position, micro-batching
+does not change the gradient, a step trains (full or LoRA) and reports its metrics, and groups with
+equal rewards cost nothing."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ftis.node.config import LossConfig, TrainerConfig
+from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.packing import micro_batches, pack
+from ftis.node.trainer.trainer import Trainer
+from ftis.protocol.schema import CompletionColumns
+
+VOCAB = 40
+
+
+def tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config)
+
+
+def make_group(rng: np.random.Generator, name: str, rewards: list[float], *, off_policy: bool = False,
+               temperature: float = 1.0, prompt_length: int | None = None) -> TrainingGroup:
+    lengths = rng.integers(1, 7, size=len(rewards))
+    ids = rng.integers(1, VOCAB, size=int(lengths.sum()))
+    columns = CompletionColumns(
+        token_ids=ids,
+        sampler_logprobs=-rng.exponential(1.0, size=int(lengths.sum())).astype(np.float32),
+        lengths=lengths.astype(np.int64),
+        rewards=np.zeros(len(rewards)),
+        finish_reasons=tuple("stop" for _ in rewards),
+    )
+    prompt = rng.integers(1, VOCAB, size=prompt_length or int(rng.integers(1, 6)))
+    return TrainingGroup(name, "peer" if off_policy else "me", prompt, columns, np.array(rewards, float),
+                         off_policy, temperature)
+
+
+def naive_logprobs(model, group: TrainingGroup) -> list[list[float]]:
+    """Each completion alone, unpadded: log_softmax(logits / T) at the position before each token."""
+    result, start = [], 0
+    for length in group.completions.lengths.tolist():
+        completion = group.completions.token_ids[start : start + length]
+        start += length
+        ids = torch.tensor(np.concatenate([group.prompt_ids, completion]))[None]
+        logits = model(input_ids=ids).logits[0].float() / group.temperature
+        logp = torch.log_softmax(logits, -1)
+        p = len(group.prompt_ids)
+        result.append([float(logp[p + j - 1, completion[j]]) for j in range(length)])
+    return result
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_packed_logprobs_equal_each_sequence_alone(temperature):
+    model = tiny_model().eval()
+    rng = np.random.default_rng(0)
+    groups = [make_group(rng, f"g{k}", [1.0, 0.0, 1.0], temperature=temperature) for k in range(3)]
+    packed = pack(groups)
+    with torch.no_grad():
+        got = completion_logprobs(model, packed)
+        row = 0
+        for group in groups:
+            for expected in naive_logprobs(model, group):
+                assert packed.loss_mask[row].sum() == len(expected)
+                # float32 CPU; padding on the right changes no earlier position under causal attention
+                np.testing.assert_allclose(got[row, : len(expected)].numpy(), expected, atol=1e-5)
+                row += 1
+
+
+def test_micro_batches_hold_whole_groups_within_the_token_bound():
+    rng = np.random.default_rng(1)
+    groups = [make_group(rng, f"g{k}", [1.0, 0.0], prompt_length=4) for k in range(5)]
+    chunks = micro_batches(groups, max_tokens=30)
+    assert [g for chunk in chunks for g in chunk] == groups
+    for chunk in chunks:
+        rows = sum(g.size for g in chunk)
+        width = max(len(g.prompt_ids) + int(g.completions.lengths.max()) for g in chunk)
+        assert len(chunk) == 1 or rows * width <= 30
+    assert micro_batches(groups, max_tokens=1) == [[g] for g in groups]  # a large group stands alone
+
+
+def captured_gradients(max_tokens: int) -> list[torch.Tensor]:
+    model = tiny_model()
+    trainer = Trainer(model, "full", LossConfig(), TrainerConfig(max_tokens_per_microbatch=max_tokens))
+    grads = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda: (grads.extend(p.grad.clone() for p in trainer.parameters), step())
+    rng = np.random.default_rng(2)
+    groups = [make_group(rng, "own", [1.0, 0.0, 0.0, 1.0]),
+              make_group(rng, "peer", [0.0, 1.0, 1.0], off_policy=True),
+              make_group(rng, "peer2", [1.0, 0.5, 0.0], off_policy=True, temperature=0.8)]
+    trainer.step(groups)
+    return grads
+
+
+def test_micro_batching_does_not_change_the_gradient():
+    whole, split = captured_gradients(10_000), captured_gradients(1)
+    for a, b in zip(whole, split, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_a_step_trains_and_reports():
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = LossConfig(divergence_threshold=1e9)  # only the advantage rule filters here
+    trainer = Trainer(model, "full", loss, TrainerConfig(learning_rate=1e-3))
+    rng = np.random.default_rng(3)
+    groups = [make_group(rng, "own", [1.0, 0.0, 1.0, 0.0]),
+              make_group(rng, "peer", [1.0, 0.0, 0.0, 0.0], off_policy=True),
+              make_group(rng, "flat", [1.0, 1.0, 1.0], off_policy=True)]
+    metrics = trainer.step(groups)
+    assert metrics.trained and metrics.policy_version == 1 == trainer.policy_version
+    assert metrics.groups == 2 and metrics.peer_groups == 1 and metrics.zero_variance_groups == 1
+    assert metrics.sequences == 8
+    assert metrics.tokens == int(groups[0].completions.lengths.sum() + groups[1].completions.lengths.sum())
+    # ftis "or" drops the peer's non-positive-advantage completions: 3 of its 4, out of 8 sequences
+    assert metrics.filtered_fraction == pytest.approx(3 / 8) == metrics.filtered_advantage_fraction
+    assert 0 < metrics.is_weight_max <= LossConfig().clip_c
+    assert metrics.grad_norm > 0 and np.isfinite(metrics.loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_only_equal_rewards_means_no_step():
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, "full", LossConfig(), TrainerConfig())
+    metrics = trainer.step([make_group(np.random.default_rng(4), "flat", [0.0, 0.0])])
+    assert not metrics.trained and metrics.zero_variance_groups == 1 and trainer.policy_version == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_a_lora_step_changes_only_the_adapter():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = Trainer(model, "lora", LossConfig(), TrainerConfig())
+    assert trainer.optimizer.param_groups[0]["lr"] == 1e-4
+    # LoRA's B starts at zero, so the first step moves B only; a second step moves A too
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        assert trainer.step([make_group(rng, "own", [1.0, 0.0, 1.0])]).trained
+    changed = {name for name, p in model.named_parameters() if not torch.equal(before[name], p)}
+    assert changed and all("lora_" in name for name in changed)
+    assert any("lora_A" in name for name in changed) and any("lora_B" in name for name in changed)
