@@ -1,0 +1,290 @@
+"""The transformers generation backend: an explicit sampling loop over a loaded causal LM with a KV cache.
+
+    gen = TransformersGenerator(model, eos_token_ids=tokenizer.eos_token_id, batch_size=64)
+    groups = gen.generate(prompts, num_completions=8, sampling=SamplingSettings(1.0, 1.0, 0, 256), seed=step)
+
+Why a loop of our own rather than ``model.generate``: the sampler log-probs are the point of this
+file, and here they are, in one place, exactly what the token was drawn from:
+``processed_logprobs`` (logits / T, then top-k, then top-p, renormalised) feeds both the draw and the
+recorded log-prob. The trainer's recompute uses the same function on its own logits.
+
+Shape of the loop: all prompts × G, prompt-major, in chunks of ``batch_size`` sequences; each chunk is
+left-padded (so every row's next token sits in the last column), prefilled once, then decoded one
+token per step for every row until each has sampled an end-of-sequence token or reached
+``max_new_tokens``. A finished row keeps being fed padding (cheaper than reshaping the cache) and its
+later tokens are never returned. Positions are counted from each row's first real token, so a padded
+row sees the same positions it would alone.
+
+Deterministic for a given seed, prompts, settings, ``batch_size`` and device: the draws come from one
+``torch.Generator`` consumed chunk by chunk.
+
+``greedy`` is the evaluation helper (argmax decoding, same loop); it is not a sampler, and its
+completions are not meant for training.
+"""
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+from ftis.node.generation.types import GeneratedCompletion, check_request
+from ftis.protocol import SamplingSettings
+
+# pick(logits (B, V) float32) -> (token ids (B,) int64, their log-probs under the drawing distribution (B,))
+Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+def processed_logprobs(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """log π_gen(· | context) over the vocabulary for logits (..., V): the distribution the sampler draws
+    from. Logits / T, then keep the top-k (ties with the k-th kept; 0 = off), then the smallest set of
+    most likely tokens whose mass reaches top_p (the most likely token always stays), then
+    log-softmax: masked tokens get -inf, the rest renormalise. The order is transformers' and vLLM's.
+
+    Computed in float32 whatever the model's dtype: a bf16 log-softmax would cost ~1e-2 of precision.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    scores = logits.float() / temperature  # (..., V)
+    vocab_size = scores.shape[-1]
+    if 0 < top_k < vocab_size:
+        kth_largest = torch.topk(scores, top_k, dim=-1).values[..., -1:]  # (..., 1)
+        scores = scores.masked_fill(scores < kth_largest, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = scores.sort(dim=-1, descending=True)
+        probs = sorted_scores.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # mass of the tokens more likely than this one
+        drop_sorted = mass_before >= top_p  # the first token has 0 before it, and top_p > 0: always kept
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores.log_softmax(dim=-1)
+
+
+def sampling_pick(sampling: SamplingSettings, generator: torch.Generator) -> Pick:
+    """Draw from ``processed_logprobs`` and return the drawn tokens' log-probs under it."""
+
+    def pick(logits: Tensor) -> tuple[Tensor, Tensor]:
+        logprobs = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)  # (B, V)
+        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator)  # (B, 1); masked tokens have p = 0
+        return tokens.squeeze(-1), logprobs.gather(-1, tokens).squeeze(-1)
+
+    return pick
+
+
+def greedy_pick(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Argmax (the first one on ties). Under the greedy "sampler" (a point mass) its log-prob is 0."""
+    tokens = logits.argmax(dim=-1)
+    return tokens, torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
+
+
+class _Forward:
+    """One forward step of a causal LM (or a peft model around one), across transformers versions: the
+    cache argument is ``cache`` from 5.x (``past_key_values`` before), the last-position-logits argument
+    ``logits_to_keep`` (``num_logits_to_keep`` before 4.50). Returns the last position's logits only,
+    so a prefill never materialises (B, P, V) logits."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(base.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.keep_arg = next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
+
+    def new_cache(self) -> DynamicCache:
+        try:
+            return DynamicCache(config=getattr(self.model, "config", None))  # the config knows sliding-window layers
+        except TypeError:  # transformers < 4.56 takes no config
+            return DynamicCache()
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, cache: DynamicCache) -> Tensor:
+        kwargs = {self.cache_arg: cache}
+        if self.keep_arg is not None:
+            kwargs[self.keep_arg] = 1
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs
+        )
+        return out.logits[:, -1, :].float()  # (B, V)
+
+
+def _left_pad(prompts: Sequence[np.ndarray], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(ids, attention mask), both (B, P) with P the longest prompt; padding on the left."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.as_tensor(np.asarray(prompt, dtype=np.int64))
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _decode_chunk(
+    forward: _Forward,
+    prompts: Sequence[np.ndarray],
+    max_new_tokens: int,
+    eos_ids: Tensor,
+    pad_token_id: int,
+    pick: Pick,
+) -> list[GeneratedCompletion]:
+    device = eos_ids.device
+    ids, mask = _left_pad(prompts, pad_token_id, device)  # (B, P)
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, P): 0 at each row's first real token
+    cache = forward.new_cache()
+    logits = forward(ids, mask, positions, cache)  # (B, V)
+
+    B = len(prompts)
+    tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
+    stopped = torch.zeros(B, dtype=torch.bool, device=device)  # sampled an end-of-sequence token
+    for t in range(max_new_tokens):
+        next_ids, next_logprobs = pick(logits)  # (B,), (B,)
+        next_ids = next_ids.masked_fill(stopped, pad_token_id)  # finished rows are fed padding, never kept
+        tokens[:, t] = next_ids
+        logprobs[:, t] = next_logprobs
+        just_stopped = ~stopped & torch.isin(next_ids, eos_ids)
+        lengths = torch.where(just_stopped, t + 1, lengths)
+        stopped |= just_stopped
+        if t + 1 == max_new_tokens or bool(stopped.all()):  # one host sync per token: the early exit pays
+            break
+        mask = torch.cat([mask, mask.new_ones((B, 1))], dim=-1)  # (B, P + t + 1)
+        positions = positions[:, -1:] + 1  # (B, 1): the last column is every row's last real token
+        logits = forward(next_ids[:, None], mask, positions, cache)
+
+    tokens_np, logprobs_np = tokens.cpu().numpy(), logprobs.cpu().numpy()
+    lengths_np, stopped_np = lengths.cpu().numpy(), stopped.cpu().numpy()
+    return [
+        GeneratedCompletion(
+            token_ids=tokens_np[row, :n].copy(),
+            sampler_logprobs=logprobs_np[row, :n].copy(),
+            finish_reason="stop" if stopped_np[row] else "length",
+        )
+        for row, n in enumerate(lengths_np.tolist())
+    ]
+
+
+@contextmanager
+def _generating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and inference mode for the duration; every module's training flag is put
+    back afterwards, so a trainer that froze some submodules' mode finds them as it left them."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _resolve_special_ids(
+    model: nn.Module, eos_token_ids: int | Sequence[int] | None, pad_token_id: int | None
+) -> tuple[list[int], int]:
+    """End-of-sequence ids (several are common: Qwen's chat models stop at two) and the padding id,
+    from the arguments or else the model's generation config / config. Padding defaults to the first
+    end-of-sequence id: padded positions are masked, so any id serves."""
+    configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
+    if eos_token_ids is None:
+        eos_token_ids = next((c.eos_token_id for c in configs if getattr(c, "eos_token_id", None) is not None), None)
+    if eos_token_ids is None:
+        raise ValueError("no eos_token_ids given and the model's config names none")
+    eos = [int(eos_token_ids)] if isinstance(eos_token_ids, int | np.integer) else [int(i) for i in eos_token_ids]
+    if not eos:
+        raise ValueError("eos_token_ids is empty")
+    if pad_token_id is None:
+        pad_token_id = next((c.pad_token_id for c in configs if getattr(c, "pad_token_id", None) is not None), eos[0])
+    return eos, int(pad_token_id)
+
+
+def _decode(
+    model: nn.Module,
+    prompts: Sequence[np.ndarray],
+    max_new_tokens: int,
+    eos_token_ids: int | Sequence[int] | None,
+    pad_token_id: int | None,
+    batch_size: int,
+    pick_for: Callable[[torch.device], Pick],
+) -> list[GeneratedCompletion]:
+    """One completion per prompt, in order, decoded in chunks of ``batch_size``."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    eos, pad = _resolve_special_ids(model, eos_token_ids, pad_token_id)
+    device = _model_device(model)
+    forward = _Forward(model)
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
+    pick = pick_for(device)
+    out: list[GeneratedCompletion] = []
+    with _generating(model):
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            out.extend(_decode_chunk(forward, chunk, max_new_tokens, eos_ids, pad, pick))
+    return out
+
+
+class TransformersGenerator:
+    """The ``Generator`` over a transformers causal LM (full or peft-wrapped), on whatever device it
+    sits. The model is used in place: a trainer that updates it sets ``policy_version`` after each step."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        eos_token_ids: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        batch_size: int = 64,
+        policy_version: int = 0,
+    ):
+        self.model = model
+        self.eos_token_ids = eos_token_ids
+        self.pad_token_id = pad_token_id
+        self.batch_size = batch_size  # sequences per forward pass (prompts × G are split into chunks)
+        self.policy_version = policy_version
+
+    def generate(
+        self,
+        prompts: list[np.ndarray],
+        num_completions: int,
+        sampling: SamplingSettings,
+        seed: int | None = None,
+    ) -> list[list[GeneratedCompletion]]:
+        check_request(prompts, num_completions, sampling)
+        G = num_completions
+        rows = [prompt for prompt in prompts for _ in range(G)]  # prompt-major: a prompt's G copies together
+
+        def pick_for(device: torch.device) -> Pick:
+            generator = torch.Generator(device=device)
+            if seed is None:
+                generator.seed()  # a fresh, non-deterministic seed
+            else:
+                generator.manual_seed(seed)
+            return sampling_pick(sampling, generator)
+
+        flat = _decode(
+            self.model, rows, sampling.max_new_tokens, self.eos_token_ids, self.pad_token_id, self.batch_size, pick_for
+        )
+        return [flat[i * G : (i + 1) * G] for i in range(len(prompts))]
+
+
+def greedy(
+    model: nn.Module,
+    prompts: list[np.ndarray],
+    max_new_tokens: int,
+    *,
+    eos_token_ids: int | Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+    batch_size: int = 64,
+) -> list[GeneratedCompletion]:
+    """Argmax decoding for evaluation: one completion per prompt, stopping at an end-of-sequence token
+    (kept, "stop") or after ``max_new_tokens`` ("length"). ``sampler_logprobs`` are 0 — the log-prob of
+    the argmax under greedy decoding — not the model's log-probs: do not train on these."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    for i, prompt in enumerate(prompts):
+        if np.asarray(prompt).ndim != 1 or len(prompt) == 0:
+            raise ValueError(f"prompts[{i}] must be a non-empty 1-D array of token ids")
+    return _decode(model, prompts, max_new_tokens, eos_token_ids, pad_token_id, batch_size, lambda _: greedy_pick)

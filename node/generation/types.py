@@ -1,0 +1,113 @@
+"""The generator interface every backend implements, what it returns, and the one table that names
+the backends.
+
+A generator turns P prompts (token id arrays) into P groups of G completions and records, for every
+sampled token, its ``sampler_logprobs`` (DESIGN §2): the log-prob under the distribution the token
+was actually drawn from — logits / T, then the top-k and top-p masks, renormalised. A trainer that
+recomputes log-probs must apply the same processing to compare like with like (see
+``hf.processed_logprobs``).
+
+The sampling settings are the protocol's ``SamplingSettings``: the ones a batch carries on the wire
+are exactly the ones its completions were sampled with.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from ftis.protocol import Completion, SamplingSettings
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, eq=False)
+class GeneratedCompletion:
+    """One sampled completion. ``finish_reason`` is "stop" when the generator sampled an end-of-sequence
+    token (then the last id is that token and no id before it is one) and "length" when it reached
+    ``max_new_tokens`` without one. Nothing sampled after the end-of-sequence token is kept."""
+
+    token_ids: np.ndarray  # (n,) int64, 1 ≤ n ≤ max_new_tokens
+    sampler_logprobs: np.ndarray  # (n,) float32, ≤ 0, finite
+    finish_reason: FinishReason
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    def to_completion(self, reward: float) -> Completion:
+        """The wire form, with the generator's (advisory) reward."""
+        return Completion(self.token_ids, self.sampler_logprobs, float(reward), self.finish_reason)
+
+
+class Generator(Protocol):
+    """Samples groups of completions. Implementations: ``TransformersGenerator`` (``hf.py``),
+    ``FakeGenerator`` (``fake.py``), and later the vLLM backend."""
+
+    policy_version: int  # the optimizer steps of the weights it generates with; whoever updates them sets it
+
+    def generate(
+        self,
+        prompts: list[np.ndarray],
+        num_completions: int,
+        sampling: SamplingSettings,
+        seed: int | None = None,
+    ) -> list[list[GeneratedCompletion]]:
+        """``num_completions`` (G) completions for each prompt: one list of G per prompt, in order.
+
+        ``prompts`` are 1-D arrays of token ids, each non-empty; the completions condition on exactly
+        these ids. ``sampling.temperature`` must be > 0 (greedy decoding is an evaluation helper, not a
+        sampler). With the same ``seed``, inputs and backend settings the result is the same; with
+        ``seed=None`` it is drawn fresh.
+        """
+        ...
+
+
+def check_request(prompts: list[np.ndarray], num_completions: int, sampling: SamplingSettings) -> None:
+    """``ValueError`` for a request no backend can serve; every backend calls it first."""
+    if num_completions < 1:
+        raise ValueError(f"num_completions must be ≥ 1, got {num_completions}")
+    if not sampling.temperature > 0:  # also refuses NaN
+        raise ValueError(f"temperature must be > 0 for sampling (greedy is `greedy`), got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise ValueError(f"top_k must be ≥ 0 (0 = off), got {sampling.top_k}")
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be ≥ 1, got {sampling.max_new_tokens}")
+    for i, prompt in enumerate(prompts):
+        prompt = np.asarray(prompt)
+        if prompt.ndim != 1 or prompt.size == 0 or prompt.dtype.kind not in "iu":
+            raise ValueError(f"prompts[{i}] must be a non-empty 1-D array of token ids")
+
+
+# --- the backends, by name ------------------------------------------------------------------------------
+# Each builder imports its backend only when called: naming the table must not import torch or vllm.
+
+
+def _transformers(**kwargs) -> Generator:
+    from ftis.node.generation.hf import TransformersGenerator
+
+    return TransformersGenerator(**kwargs)
+
+
+def _fake(**kwargs) -> Generator:
+    from ftis.node.generation.fake import FakeGenerator
+
+    return FakeGenerator(**kwargs)
+
+
+GENERATORS: dict[str, Callable[..., Generator]] = {
+    "transformers": _transformers,  # TransformersGenerator(model, eos_token_ids=..., pad_token_id=..., batch_size=...)
+    "fake": _fake,  # FakeGenerator(vocab_size=..., eos_token_id=..., mean_length=..., policy_seed=...)
+}
+
+
+def make_generator(kind: str, **kwargs) -> Generator:
+    """The generator named ``kind`` in ``GENERATORS``, built with ``kwargs``."""
+    try:
+        build = GENERATORS[kind]
+    except KeyError:
+        raise ValueError(f"unknown generator {kind!r}; known: {', '.join(sorted(GENERATORS))}") from None
+    return build(**kwargs)

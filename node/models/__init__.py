@@ -1,0 +1,43 @@
+"""ftis.node.models: the policy a node trains — tiny built-in models or any Hugging Face causal LM, full or LoRA.
+
+Files:
+- ``tokenizer.py``  the built-in character-level tokenizer of the tiny models (made with ``tokenizers``,
+                    no download) and ``tokenizer_fingerprint``, the hash that says whether two
+                    tokenizers map text to the same ids.
+- ``tiny.py``       ``TINY_MODELS``: ``tiny-small``, ``tiny-medium``, ``tiny-large`` (0.1M, 0.5M, 1.9M
+                    parameters), random weights from a seed, sharing the built-in tokenizer.
+- ``loading.py``    ``load_policy``: a tiny name, a local folder or a hub id → ``Policy`` (model,
+                    tokenizer, fingerprint), full fine-tuning or a peft LoRA adapter.
+- ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
+                    the adapter for LoRA, plus the tokenizer), written atomically.
+
+Importing this package imports torch, transformers and tokenizers: import it inside the commands
+that need a model, not at the top of the CLI.
+"""
+
+from ftis.node.models.export import export_policy, load_export
+from ftis.node.models.loading import (
+    LoraRankClamped,
+    ModelLoadError,
+    NotAModelError,
+    Policy,
+    UnknownModelError,
+    load_policy,
+)
+from ftis.node.models.tiny import TINY_MODELS, build_tiny_model
+from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
+
+__all__ = [
+    "TINY_MODELS",
+    "LoraRankClamped",
+    "ModelLoadError",
+    "NotAModelError",
+    "Policy",
+    "UnknownModelError",
+    "build_tiny_model",
+    "build_tokenizer",
+    "export_policy",
+    "load_export",
+    "load_policy",
+    "tokenizer_fingerprint",
+]

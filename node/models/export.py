@@ -1,0 +1,130 @@
+"""Export the current policy in Hugging Face format, atomically, and load an export back.
+
+    from ftis.node.models.export import export_policy, load_export
+    export_policy(policy, "runs/a/export", policy_version=12)
+    policy = load_export("runs/a/export")  # the same weights, tokenizer and fingerprint
+
+What a folder holds (transformers and vLLM read it as it is):
+- full:  ``save_pretrained`` of the model (config.json, model.safetensors, generation_config.json);
+- LoRA:  ``save_pretrained`` of the peft adapter (adapter_config.json, adapter_model.safetensors); its
+         base is named by id when it is a hub model (``base_model_name_or_path``), and otherwise copied
+         into ``base/`` (a tiny or local base), so the export never depends on a folder that may move
+         or be replaced. With vLLM: ``LLM(model=<base>, enable_lora=True)`` + a ``LoRARequest`` for the folder;
+- both:  the tokenizer, and ``ftis_policy.json`` (name, adapter, fingerprint, policy version).
+
+Atomic: everything is written into a temporary sibling folder, which is then renamed over the target
+(the old one is first renamed aside, then deleted). A reader sees the old export or the new one, never
+a half-written one; between the two renames the folder is briefly absent.
+"""
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, ModelLoadError, Policy, load_policy
+
+POLICY_FILE = "ftis_policy.json"
+EXPORT_FORMAT = 1
+
+
+def export_policy(policy: Policy, folder: str | Path, *, policy_version: int | None = None) -> Path:
+    """Write ``policy`` into ``folder`` in Hugging Face format, replacing an earlier export there."""
+    folder = Path(folder).expanduser().absolute()
+    if folder.exists() and not (folder / POLICY_FILE).is_file():
+        raise FileExistsError(f"{folder} exists and is not an earlier export ({POLICY_FILE} missing): not replacing it")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
+    staging.mkdir()  # not mkdtemp: its mode 0700 would keep other users (a vLLM server) out
+    try:
+        _write(policy, staging, policy_version)
+        _replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
+
+
+def load_export(
+    folder: str | Path, *, dtype: Dtype = "float32", device: str | torch.device = "cpu", seed: int = 0
+) -> Policy:
+    """Load an export written by ``export_policy``: a full model, or a LoRA adapter on its base.
+
+    The policy keeps the exported name; a tokenizer whose fingerprint differs from the recorded one
+    raises ``ModelLoadError`` (its ids would not mean what the exported model learned).
+    """
+    folder = Path(folder).expanduser()
+    record = read_export_record(folder)
+    policy = load_policy(str(folder), adapter=record["adapter"], dtype=dtype, device=device, seed=seed)
+    if policy.fingerprint != record["fingerprint"]:
+        raise ModelLoadError(
+            f"the tokenizer in {folder} has fingerprint {policy.fingerprint}, "
+            f"the export recorded {record['fingerprint']}"
+        )
+    return replace(policy, name=record["name"], revision=record.get("revision"))
+
+
+def read_export_record(folder: str | Path) -> dict[str, Any]:
+    """The ``ftis_policy.json`` of an export (name, adapter, fingerprint, policy version, ...)."""
+    path = Path(folder).expanduser() / POLICY_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{folder} is not an export of this node ({POLICY_FILE} missing); use load_policy")
+    return json.loads(path.read_text())
+
+
+def _write(policy: Policy, staging: Path, policy_version: int | None) -> None:
+    if policy.adapter == "full":
+        policy.model.save_pretrained(staging)
+    else:
+        # save_embedding_layers=False: "auto" looks the base up on the hub to see whether the vocabulary
+        # changed; LoRA here never adapts the embeddings, and a node may be offline.
+        policy.model.save_pretrained(staging, save_embedding_layers=False)
+        if policy.base_model_id is None:
+            _save_lora_base(policy.model, staging / LORA_BASE_FOLDER)
+            policy.tokenizer.save_pretrained(staging / LORA_BASE_FOLDER)
+    policy.tokenizer.save_pretrained(staging)
+    record = {
+        "format": EXPORT_FORMAT,
+        "name": policy.name,
+        "adapter": policy.adapter,
+        "fingerprint": policy.fingerprint,
+        "policy_version": policy_version,
+        "lora_rank": policy.lora_rank,
+        "lora_alpha": policy.lora_alpha,
+        "base_model_id": policy.base_model_id,
+        "revision": policy.revision,
+    }
+    (staging / POLICY_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _save_lora_base(peft_model: Any, folder: Path) -> None:
+    """The frozen base weights of a peft model, without the adapter, as a plain ``save_pretrained`` folder."""
+    base = peft_model.get_base_model()  # the base model with LoRA layers injected into it
+    state = {
+        key.replace(".base_layer.", "."): tensor
+        for key, tensor in base.state_dict().items()
+        if ".lora_" not in key
+    }
+    base.save_pretrained(folder, state_dict=state)
+
+
+def _replace(staging: Path, folder: Path) -> None:
+    """Rename ``staging`` to ``folder``; a directory cannot be renamed over a non-empty one, so the old
+    export is renamed aside first and deleted once the new one is in place."""
+    aside = None
+    if folder.exists():
+        aside = folder.with_name(f".{folder.name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(folder, aside)
+    try:
+        os.rename(staging, folder)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, folder)  # put the old export back
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

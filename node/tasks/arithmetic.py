@@ -1,0 +1,201 @@
+"""Synthetic arithmetic for tiny CPU models: "12+34=" -> "46".
+
+Problems are a pure function of (settings, split, index): every node with the same settings builds
+the same problem, which is what lets a receiver recompute a peer's reward. The randomness is
+BLAKE2b over a text key (not ``random``), so it is the same on every platform and Python version.
+
+Splits:
+- "train" and "test": the same distribution, and disjoint: each possible problem belongs to test
+  when a hash of (seed, problem) falls in a 1-in-``TEST_SHARE`` bucket, and to train otherwise;
+  a split draws candidates until one lands in its own bucket.
+- "ood": unseen problems, as configured: operands with ``ood_extra_digits`` more digits than
+  ``max_digits``, and/or at least one operation from ``ood_operations`` (held out of train and test).
+
+Formats: "plain" (the prompt is "12+34=", the completion is the number and then the end; reward 1 iff
+the stripped completion is exactly the gold integer) or "tags" (the paper's format, checked like GSM8K).
+"""
+
+import hashlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ftis.node.tasks.base import Problem, TaskError, UnknownSplitError, check_index
+from ftis.node.tasks.numeric import tagged_number_reward
+from ftis.node.tasks.tags import tag_prompt, tagged_answer
+
+OPERATIONS = "+-*"
+SPLITS = ("train", "test", "ood")
+TEST_SHARE = 10  # one problem in ten belongs to the test split
+MAX_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
+MAX_OPERANDS = 16
+MAX_ATTEMPTS = 10_000  # candidates a split may draw before the problem space is declared too small
+_INTEGER = re.compile(r"-?\d+")
+
+
+@dataclass(frozen=True)
+class ArithmeticSettings:
+    min_digits: int = 1  # digits of each operand in train/test, drawn uniformly in [min, max]
+    max_digits: int = 2
+    operations: str = "+-"  # the operations of train/test, a subset of "+-*"
+    operands: int = 2  # numbers per problem ("1+2*3" has 3); usual precedence, * before + and -
+    ood_extra_digits: int = 1  # OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train
+    ood_operations: str = ""  # held out of train/test; every OOD problem uses at least one of them
+    seed: int = 0
+    format: Literal["plain", "tags"] = "plain"
+
+    def __post_init__(self):
+        if not 1 <= self.min_digits <= self.max_digits or self.max_digits + self.ood_extra_digits > MAX_DIGITS:
+            raise TaskError(f"arithmetic: need 1 <= min_digits <= max_digits, max_digits + ood_extra_digits "
+                            f"<= {MAX_DIGITS}; got {self.min_digits}, {self.max_digits}, {self.ood_extra_digits}")
+        if self.ood_extra_digits < 0:
+            raise TaskError("arithmetic: ood_extra_digits must be >= 0")
+        for label, ops in (("operations", self.operations), ("ood_operations", self.ood_operations)):
+            if len(set(ops)) != len(ops) or not set(ops) <= set(OPERATIONS):
+                raise TaskError(f"arithmetic: {label} must be distinct characters of {OPERATIONS!r}, got {ops!r}")
+        if not self.operations:
+            raise TaskError("arithmetic: operations must not be empty")
+        if set(self.ood_operations) & set(self.operations):
+            raise TaskError("arithmetic: ood_operations must be held out, i.e. not among operations")
+        if self.ood_extra_digits == 0 and not self.ood_operations:
+            raise TaskError("arithmetic: the ood split must differ: set ood_extra_digits > 0 or ood_operations")
+        if not 2 <= self.operands <= MAX_OPERANDS:
+            raise TaskError(f"arithmetic: operands must be in [2, {MAX_OPERANDS}], got {self.operands}")
+        if self.format not in FORMATS:
+            raise TaskError(f"arithmetic: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+
+    @property
+    def dataset_name(self) -> str:
+        """Every setting that changes a problem or its reward, so peers with other settings never match."""
+        ood = f"ood-d+{self.ood_extra_digits}" + (f"-{self.ood_operations}" if self.ood_operations else "")
+        tags = "/tags" if self.format == "tags" else ""
+        digits = f"d{self.min_digits}-{self.max_digits}"
+        return f"arith/{digits}/{self.operations}/n{self.operands}/{ood}/seed{self.seed}{tags}"
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    prompt: Callable[[str], str]  # the expression ("12+34") -> the text the model is conditioned on
+    parse_answer: Callable[[str], str | None]
+    reward: Callable[[str, str], float]  # (completion_text, gold) -> 0.0 or 1.0
+
+
+def _plain_answer(completion_text: str) -> str | None:
+    text = completion_text.strip()
+    return text if _INTEGER.fullmatch(text) else None
+
+
+def _plain_reward(completion_text: str, gold: str) -> float:
+    return 1.0 if completion_text.strip() == gold.strip() else 0.0  # "046" or "46.0" is not exactly 46
+
+
+FORMATS: dict[str, AnswerFormat] = {
+    "plain": AnswerFormat(lambda question: f"{question}=", _plain_answer, _plain_reward),
+    "tags": AnswerFormat(
+        lambda question: tag_prompt(f"What is {question}?", "an integer"), tagged_answer, tagged_number_reward
+    ),
+}
+
+
+def _draws(key: str) -> Iterator[int]:
+    """An endless deterministic stream of 128-bit integers for ``key``."""
+    counter = 0
+    while True:
+        digest = hashlib.blake2b(f"{key}#{counter}".encode(), digest_size=16).digest()
+        yield int.from_bytes(digest, "little")
+        counter += 1
+
+
+def _operand(draws: Iterator[int], min_digits: int, max_digits: int) -> int:
+    digits = min_digits + next(draws) % (max_digits - min_digits + 1)
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    return low + next(draws) % (10**digits - low)
+
+
+def expression(numbers: list[int], operations: list[str]) -> str:
+    """ "12+34" for ([12, 34], ["+"])."""
+    return "".join(f"{n}{op}" for n, op in zip(numbers, operations, strict=False)) + str(numbers[-1])
+
+
+def evaluate(numbers: list[int], operations: list[str]) -> int:
+    """The value of numbers[0] op[0] numbers[1] …, with * before + and - (no eval)."""
+    terms, signs = [numbers[0]], []
+    for op, number in zip(operations, numbers[1:], strict=True):
+        if op == "*":
+            terms[-1] *= number
+        else:
+            terms.append(number)
+            signs.append(op)
+    total = terms[0]
+    for sign, term in zip(signs, terms[1:], strict=True):
+        total = total + term if sign == "+" else total - term
+    return total
+
+
+class ArithmeticTask:
+    """Synthetic arithmetic problems; unbounded splits "train", "test", "ood" (``size`` is None)."""
+
+    splits = SPLITS
+
+    def __init__(self, settings: ArithmeticSettings | None = None):
+        self.settings = settings or ArithmeticSettings()
+
+    @classmethod
+    def from_settings(cls, **settings) -> "ArithmeticTask":
+        return cls(ArithmeticSettings(**settings))
+
+    @property
+    def name(self) -> str:
+        return self.settings.dataset_name
+
+    def size(self, split: str) -> int | None:
+        self._check_split(split)
+        return None
+
+    def problem(self, split: str, index: int) -> Problem:
+        self._check_split(split)
+        check_index(self.name, split, index, None)
+        numbers, operations = self._draw(split, index)
+        return Problem(self.name, split, index, expression(numbers, operations), str(evaluate(numbers, operations)))
+
+    def prompt(self, problem: Problem) -> str:
+        return FORMATS[self.settings.format].prompt(problem.question)
+
+    def parse_answer(self, completion_text: str) -> str | None:
+        return FORMATS[self.settings.format].parse_answer(completion_text)
+
+    def reward(self, completion_text: str, gold: str) -> float:
+        return FORMATS[self.settings.format].reward(completion_text, gold)
+
+    def _check_split(self, split: str) -> None:
+        if split not in SPLITS:
+            raise UnknownSplitError(f"{self.name}: no split {split!r} (has {', '.join(SPLITS)})")
+
+    def _draw(self, split: str, index: int) -> tuple[list[int], list[str]]:
+        s = self.settings
+        for attempt in range(MAX_ATTEMPTS):
+            draws = _draws(f"{s.seed}/{split}/{index}/{attempt}")
+            if split == "ood":
+                # Disjoint from train/test by construction: longer operands or a held-out operation.
+                extra = s.ood_extra_digits
+                digits = (s.max_digits + 1, s.max_digits + extra) if extra else (s.min_digits, s.max_digits)
+                return self._candidate(draws, digits, s.operations + s.ood_operations, s.ood_operations)
+            numbers, operations = self._candidate(draws, (s.min_digits, s.max_digits), s.operations, "")
+            if self._in_test(numbers, operations) == (split == "test"):
+                return numbers, operations
+        raise TaskError(f"{self.name}: no {split} problem in {MAX_ATTEMPTS} draws; the problem space is too small")
+
+    def _candidate(self, draws: Iterator[int], digits: tuple[int, int], ops: str, must_use: str):
+        """Operands with digits in [digits[0], digits[1]], operations from ``ops``, at least one of
+        ``must_use`` when it is not empty."""
+        numbers = [_operand(draws, *digits) for _ in range(self.settings.operands)]
+        operations = [ops[next(draws) % len(ops)] for _ in range(self.settings.operands - 1)]
+        if must_use and not set(operations) & set(must_use):
+            operations[next(draws) % len(operations)] = must_use[next(draws) % len(must_use)]
+        return numbers, operations
+
+    def _in_test(self, numbers: list[int], operations: list[str]) -> bool:
+        text = expression(numbers, operations)
+        digest = hashlib.blake2b(f"{self.settings.seed}|{text}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") % TEST_SHARE == 0

@@ -1,0 +1,34 @@
+"""Which peers' groups a step trains on: at most ``limit``, fair across peers, freshest first.
+
+Peers take turns (round robin), each giving its freshest remaining group, the peer with the freshest
+group first; so one chatty peer cannot crowd out the others, and stale groups are the ones left
+over. A pure function: the caller decides what happens to the rest (they are dropped: the next
+round brings fresher ones).
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ftis.node.trainer.groups import TrainingGroup
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    group: TrainingGroup
+    created_at: float  # of the batch that carried it
+
+
+def select_peer_groups(candidates: list[Candidate], limit: int) -> list[Candidate]:
+    by_peer: dict[str, list[Candidate]] = defaultdict(list)
+    for candidate in candidates:
+        by_peer[candidate.group.peer_id].append(candidate)
+    queues = [sorted(queue, key=lambda c: -c.created_at) for queue in by_peer.values()]
+    queues.sort(key=lambda queue: -queue[0].created_at)
+    chosen: list[Candidate] = []
+    turn = 0
+    while len(chosen) < limit and any(queues):
+        queue = queues[turn % len(queues)]
+        if queue:
+            chosen.append(queue.pop(0))
+        turn += 1
+    return chosen

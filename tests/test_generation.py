@@ -1,0 +1,380 @@
+"""Generation: the generator contract, and sampler log-probs that mean what DESIGN §2 says.
+
+Run: python -m pytest tests/test_generation.py -q
+
+The key check: every sampler log-prob the transformers backend returns equals a teacher-forced
+recompute by the same model on prompt + completion, one sequence alone with no padding and no cache,
+under the same processing (log_softmax of logits / T with the same top-k / top-p mask).
+
+The model is a tiny random Llama built here (no download, no dependency on the built-in models), with
+a wide initialisation so its next-token distributions are far from uniform (temperature then matters)
+and with attention dropout, so a generator that forgot eval mode would not match the recompute.
+Prompts are token id arrays: no tokenizer is needed.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion, Generator, make_generator
+from ftis.node.generation.fake import _processed_logprobs as fake_processed_logprobs
+from ftis.node.generation.hf import TransformersGenerator, greedy, processed_logprobs
+from ftis.protocol import (
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+    decode,
+    encode,
+)
+
+VOCAB, EOS, PAD = 40, 2, 0
+# Lengths 1 to 9, so left padding, a one-token prompt and chunks that cut groups apart are all exercised.
+PROMPTS = [np.array([1, 5, 6, 7]), np.array([9]), np.array([1, 3, 4, 5, 6, 7, 8, 9, 10]), np.array([1, 11, 12])]
+G = 4
+BATCH_SIZE = 5  # 16 rows → chunks of 5, 5, 5, 1: a prompt's G copies straddle chunks
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A 32-wide model gains nothing from intra-op threads, and on a loaded machine their waiting made
+    these tests ten times slower (46 s against 4 s of test bodies)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, attention_dropout=0.1,
+        bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.train()  # as a trainer leaves it: generation must switch to eval mode and back
+    return model
+
+
+def generate(model, sampling: SamplingSettings, seed: int | None = 1, **kwargs) -> list[list[GeneratedCompletion]]:
+    generator: Generator = TransformersGenerator(model, batch_size=BATCH_SIZE, **kwargs)
+    return generator.generate(PROMPTS, G, sampling, seed=seed)
+
+
+def teacher_forced_logits(model, prompt: np.ndarray, completion: np.ndarray) -> torch.Tensor:
+    """(n, V) logits predicting each completion token: one unpadded sequence, full forward, no cache."""
+    ids = torch.as_tensor(np.concatenate([prompt, completion]))[None]  # (1, p + n)
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0]  # (p + n, V)
+    finally:
+        model.train()
+    return logits[len(prompt) - 1 : -1]  # position t predicts token t + 1
+
+
+def recompute_gap(model, groups, temperature: float, top_k: int = 0, top_p: float = 1.0) -> float:
+    """Max |sampler log-prob − recomputed log-prob| over every token of ``groups``."""
+    worst = 0.0
+    for prompt, group in zip(PROMPTS, groups, strict=True):
+        for c in group:
+            logits = teacher_forced_logits(model, prompt, c.token_ids)
+            recomputed = processed_logprobs(logits, temperature, top_k, top_p)  # (n, V)
+            token_logprobs = recomputed.gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
+            worst = max(worst, (token_logprobs - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
+    return worst
+
+
+def all_completions(groups) -> list[GeneratedCompletion]:
+    return [c for group in groups for c in group]
+
+
+# --- the contract -----------------------------------------------------------------------------------------
+
+
+def test_one_group_of_g_per_prompt_with_well_formed_completions(model):
+    groups = generate(model, SamplingSettings(1.0, 1.0, 0, 12))
+    assert len(groups) == len(PROMPTS) and all(len(group) == G for group in groups)
+    for c in all_completions(groups):
+        assert c.token_ids.dtype == np.int64 and c.sampler_logprobs.dtype == np.float32
+        assert c.token_ids.shape == c.sampler_logprobs.shape and 1 <= c.num_tokens <= 12
+        assert ((c.token_ids >= 0) & (c.token_ids < VOCAB)).all()
+        assert np.isfinite(c.sampler_logprobs).all() and (c.sampler_logprobs <= 0).all()
+
+
+@pytest.mark.parametrize("eos_ids", [(EOS,), (EOS, 3)], ids=["one-eos", "two-eos"])
+def test_completions_stop_at_eos_or_at_max_new_tokens(model, eos_ids):
+    max_new = 10
+    groups = generate(model, SamplingSettings(1.0, 1.0, 0, max_new), eos_token_ids=list(eos_ids))
+    completions = all_completions(groups)
+    for c in completions:
+        is_eos = np.isin(c.token_ids, eos_ids)
+        assert not is_eos[:-1].any(), "no token after an end-of-sequence token is returned"
+        if c.finish_reason == "stop":
+            assert is_eos[-1]
+        else:
+            assert c.finish_reason == "length" and c.num_tokens == max_new and not is_eos[-1]
+    # With this seed both endings occur, so both branches above were checked.
+    assert {c.finish_reason for c in completions} == {"stop", "length"}
+
+
+def test_the_same_seed_gives_the_same_completions(model):
+    sampling = SamplingSettings(0.9, 0.95, 0, 12)
+    first, again, other = (all_completions(generate(model, sampling, seed=s)) for s in (7, 7, 8))
+    assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(first, again, strict=True))
+    assert all(np.array_equal(a.sampler_logprobs, b.sampler_logprobs) for a, b in zip(first, again, strict=True))
+    assert [a.finish_reason for a in first] == [b.finish_reason for b in again]
+    assert any(not np.array_equal(a.token_ids, b.token_ids) for a, b in zip(first, other, strict=True))
+
+
+def test_generation_runs_in_eval_mode_and_restores_every_module(model):
+    frozen = model.model.layers[0]
+    frozen.eval()  # a trainer may keep some submodules in eval mode: they must stay so
+    before = {name: m.training for name, m in model.named_modules()}
+    try:
+        generate(model, SamplingSettings(1.0, 1.0, 0, 4))
+        assert {name: m.training for name, m in model.named_modules()} == before
+        assert model.training and not frozen.training
+    finally:
+        model.train()
+
+
+@pytest.mark.parametrize(
+    "sampling", [SamplingSettings(0.0, 1.0, 0, 4), SamplingSettings(1.0, 0.0, 0, 4),
+                 SamplingSettings(1.0, 1.0, -1, 4), SamplingSettings(1.0, 1.0, 0, 0)],
+    ids=["temperature-0", "top_p-0", "top_k-negative", "no-new-tokens"],
+)  # fmt: skip
+def test_impossible_requests_are_refused(model, sampling):
+    with pytest.raises(ValueError):
+        TransformersGenerator(model).generate(PROMPTS, G, sampling)
+
+
+def test_empty_prompts_and_empty_groups_are_refused(model):
+    generator = TransformersGenerator(model)
+    with pytest.raises(ValueError, match="prompts"):
+        generator.generate([np.array([], np.int64)], G, SamplingSettings(1.0, 1.0, 0, 4))
+    with pytest.raises(ValueError, match="num_completions"):
+        generator.generate(PROMPTS, 0, SamplingSettings(1.0, 1.0, 0, 4))
+
+
+# --- sampler log-probs against a teacher-forced recompute ---------------------------------------------------
+# Tolerance: both sides are float32 on CPU with the same weights, so they differ only by rounding — the
+# batched side runs left-padded rows through a KV cache one token at a time, the recompute runs one
+# unpadded sequence in one pass, so matmuls and softmaxes reduce in other orders and shapes. Float32
+# rounding in a 2-layer model with logits of a few units gives ~1e-6 on a logit, a few e-6 on a
+# log-prob, scaled by 1/T. Measured here (torch 2.13 CPU, one thread): 1.9e-6 at T = 1, 2.6e-6 at T = 0.7,
+# 1.9e-6 at T = 0.7 with top-p 0.8, 2.6e-6 at T = 1 with top-p 0.9, 1.3e-6 at T = 1.3 with top-k 5 and
+# top-p 0.9. 1e-4 leaves a wide margin for other CPUs' kernels and thread counts, and
+# is still ten times below the wire's quantisation error (2^-10 ≈ 1e-3), the precision the IS weight needs.
+# (A token on a top-p boundary within rounding of top_p could flip the mask; at these seeds none does.)
+TOLERANCE = 1e-4
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingSettings(1.0, 1.0, 0, 16),
+        SamplingSettings(0.7, 1.0, 0, 16),
+        SamplingSettings(0.7, 0.8, 0, 16),
+        SamplingSettings(1.0, 0.9, 0, 16),
+        SamplingSettings(1.3, 0.9, 5, 16),
+    ],
+    ids=["T1", "T0.7", "T0.7-top_p0.8", "T1-top_p0.9", "T1.3-top_k5-top_p0.9"],
+)
+def test_sampler_logprobs_match_a_teacher_forced_recompute(model, sampling):
+    groups = generate(model, sampling)
+    gap = recompute_gap(model, groups, sampling.temperature, sampling.top_k, sampling.top_p)
+    print(f"max |sampler - recompute| at {sampling}: {gap:.2e}")
+    assert gap <= TOLERANCE
+
+
+def test_at_t1_without_truncation_they_are_the_trainers_plain_log_softmax(model):
+    """What the trainer computes for old_logprobs is log_softmax(logits): at T = 1 with no top-k/top-p
+    that is exactly the sampler's distribution, so the IS weight starts at 1 on a node's own samples."""
+    groups = generate(model, SamplingSettings(1.0, 1.0, 0, 16))
+    for prompt, group in zip(PROMPTS, groups, strict=True):
+        for c in group:
+            plain = teacher_forced_logits(model, prompt, c.token_ids).log_softmax(-1)
+            plain = plain.gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
+            assert (plain - torch.as_tensor(c.sampler_logprobs)).abs().max().item() <= TOLERANCE
+
+
+def test_at_another_temperature_they_differ_from_the_unscaled_recompute(model):
+    """So a caller must recompute with the generator's temperature (the batch carries it) — or knowingly
+    compare against the unscaled policy."""
+    groups = generate(model, SamplingSettings(0.7, 1.0, 0, 16))
+    assert recompute_gap(model, groups, temperature=0.7) <= TOLERANCE
+    assert recompute_gap(model, groups, temperature=1.0) > 0.1
+
+
+# --- the processing itself --------------------------------------------------------------------------------
+
+
+def naive_processed_logprobs(row: list[float], temperature: float, top_k: int, top_p: float) -> list[float]:
+    """One distribution, the obvious way: sort, keep, renormalise."""
+    scores = [x / temperature for x in row]
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+    keep = set(ranked)
+    if top_k > 0:
+        kth = scores[ranked[min(top_k, len(scores)) - 1]]
+        keep = {i for i in keep if scores[i] >= kth}
+    if top_p < 1:
+        total = sum(np.exp(scores[i]) for i in keep)
+        kept, mass = set(), 0.0
+        for i in (i for i in ranked if i in keep):
+            if mass >= top_p:
+                break
+            kept.add(i)
+            mass += np.exp(scores[i]) / total
+        keep = kept
+    log_total = np.log(sum(np.exp(scores[i]) for i in keep))
+    return [scores[i] - log_total if i in keep else -np.inf for i in range(len(scores))]
+
+
+def test_processing_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    inf = float("-inf")
+    # top_p 0.7: 0.5 alone is short of it, 0.5 + 0.3 reaches it → two tokens, renormalised to 5/8, 3/8.
+    expected = torch.log(torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    torch.testing.assert_close(processed_logprobs(logits, 1.0, top_p=0.7), expected)
+    # top_p 0.9: 0.8 is short, 0.95 reaches it → three tokens.
+    assert torch.isinf(processed_logprobs(logits, 1.0, top_p=0.9)).tolist() == [[False, False, False, True]]
+    # top_k 1 keeps the argmax, with log-prob 0.
+    assert processed_logprobs(logits, 1.0, top_k=1).tolist() == [[0.0, inf, inf, inf]]
+    # top_k keeps ties with the k-th.
+    tied = torch.tensor([[2.0, 1.0, 1.0, 0.0]])
+    assert torch.isinf(processed_logprobs(tied, 1.0, top_k=2)).tolist() == [[False, False, False, True]]
+    # top_k ≥ V and top_k = 0 are off; temperature scales before the softmax.
+    torch.testing.assert_close(processed_logprobs(logits, 1.0, top_k=4), logits.log_softmax(-1))
+    torch.testing.assert_close(processed_logprobs(logits, 0.5), (logits / 0.5).log_softmax(-1))
+    with pytest.raises(ValueError):
+        processed_logprobs(logits, 0.0)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 0.6), (0.7, 3, 1.0), (1.5, 6, 0.85), (0.5, 0, 0.95)])
+def test_processing_matches_the_naive_one(temperature, top_k, top_p):
+    logits = torch.randn(8, 12, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
+    fast = processed_logprobs(logits, temperature, top_k, top_p)
+    for row, fast_row in zip(logits.tolist(), fast.tolist(), strict=True):
+        slow = naive_processed_logprobs(row, temperature, top_k, top_p)
+        np.testing.assert_allclose(fast_row, slow, rtol=0, atol=1e-5)
+    # The fake generator's NumPy twin agrees too.
+    for row, fast_row in zip(logits.numpy(), fast.numpy(), strict=True):
+        twin = fake_processed_logprobs(row, SamplingSettings(temperature, top_p, top_k, 1))
+        np.testing.assert_allclose(twin, fast_row, rtol=0, atol=1e-5)
+
+
+class FixedLogits(torch.nn.Module):
+    """A 'model' whose next-token logits are always ``logits``: the draws' frequencies can then be
+    compared with the processed distribution directly. Implements only the forward surface the
+    sampling loop uses."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = torch.nn.Parameter(logits, requires_grad=False)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None):
+        B, T = input_ids.shape
+        return type("Out", (), {"logits": self.logits.expand(B, T, -1)})()
+
+
+def test_tokens_are_drawn_from_the_processed_distribution():
+    logits = torch.tensor([0.0, 2.0, 1.5, 1.0, 0.5, -1.0, -3.0, 0.2])
+    sampling = SamplingSettings(0.8, 0.9, 6, 1)
+    n = 20_000
+    generator = TransformersGenerator(FixedLogits(logits), eos_token_ids=0, batch_size=n)
+    (group,) = generator.generate([np.array([1])], n, sampling, seed=0)
+    drawn = np.array([c.token_ids[0] for c in group])
+    expected = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p).exp().numpy()
+    frequencies = np.bincount(drawn, minlength=len(logits)) / n
+    assert (frequencies[expected == 0] == 0).all(), "a masked token was drawn"
+    sigma = np.sqrt(expected * (1 - expected) / n)
+    assert (np.abs(frequencies - expected) <= 5 * sigma + 1e-12).all()
+
+
+# --- greedy evaluation --------------------------------------------------------------------------------
+
+
+def test_greedy_is_the_step_by_step_argmax(model):
+    max_new = 8
+    out = greedy(model, PROMPTS, max_new, batch_size=3)
+    assert model.training
+    for prompt, c in zip(PROMPTS, out, strict=True):
+        ids = list(prompt)
+        for _ in range(max_new):  # the obvious way: a full forward per token, no cache, no padding
+            model.eval()
+            with torch.no_grad():
+                ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+            model.train()
+            if ids[-1] == EOS:
+                break
+        assert c.token_ids.tolist() == ids[len(prompt) :]
+        assert c.finish_reason == ("stop" if ids[-1] == EOS else "length")
+        assert (c.sampler_logprobs == 0).all()
+
+
+# --- the table and the fake ------------------------------------------------------------------------------
+
+
+def test_make_generator_builds_each_named_backend(model):
+    assert set(GENERATORS) == {"transformers", "fake"}
+    assert isinstance(make_generator("fake", vocab_size=VOCAB), FakeGenerator)
+    built = make_generator("transformers", model=model, batch_size=3, policy_version=5)
+    assert isinstance(built, TransformersGenerator) and built.policy_version == 5
+    with pytest.raises(ValueError, match="unknown generator"):
+        make_generator("vllm-typo")
+
+
+def test_importing_the_package_does_not_import_torch():
+    code = "import sys, ftis.node.generation; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_fake_generator_samples_its_documented_policy():
+    fake = FakeGenerator(vocab_size=50, eos_token_id=3, mean_length=8, policy_seed=1)
+    sampling = SamplingSettings(0.9, 0.95, 0, 30)
+    groups = fake.generate(PROMPTS, 16, sampling, seed=4)
+    assert [len(g) for g in groups] == [16] * len(PROMPTS)
+    policy = fake_processed_logprobs(fake.logits, sampling)
+    for c in all_completions(groups):
+        assert c.token_ids.dtype == np.int64 and c.sampler_logprobs.dtype == np.float32
+        assert np.isfinite(c.sampler_logprobs).all() and (c.sampler_logprobs <= 0).all()
+        np.testing.assert_array_equal(c.sampler_logprobs, policy[c.token_ids].astype(np.float32))
+        assert not (c.token_ids[:-1] == 3).any()
+        assert (c.token_ids[-1] == 3) == (c.finish_reason == "stop")
+        assert c.finish_reason == "stop" or c.num_tokens == 30
+    again = fake.generate(PROMPTS, 16, sampling, seed=4)
+    assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in
+               zip(all_completions(groups), all_completions(again), strict=True))  # fmt: skip
+    # A group does not depend on the prompts after it.
+    (first,) = fake.generate(PROMPTS[:1], 16, sampling, seed=4)
+    assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(first, groups[0], strict=True))
+
+
+def test_the_fake_generators_output_encodes_as_a_rollout_batch():
+    fake = FakeGenerator(vocab_size=VOCAB, eos_token_id=EOS, policy_version=3)
+    sampling = SamplingSettings(1.0, 1.0, 0, 24)
+    generated = fake.generate(PROMPTS, G, sampling, seed=0)
+    groups = tuple(
+        Group(f"g{i}", TaskRef("arith", "train", i, "4"), prompt, tuple(c.to_completion(0.0) for c in completions))
+        for i, (prompt, completions) in enumerate(zip(PROMPTS, generated, strict=True))
+    )
+    batch = RolloutBatch(
+        run_id="run", peer_id="peer", seq=0, created_at=1_700_000_000.0,
+        policy=PolicyInfo("fake", "", "full", fake.policy_version), tokenizer=TokenizerInfo("fp", VOCAB),
+        sampling=sampling, groups=groups,
+    )  # fmt: skip
+    back = decode(encode(batch))
+    assert back.sampling == sampling and back.num_completions == len(PROMPTS) * G
+    for sent, received in zip(groups, back.groups, strict=True):
+        for a, b in zip(sent.completions, received.completions, strict=True):
+            np.testing.assert_array_equal(a.token_ids, b.token_ids)
+            np.testing.assert_allclose(a.sampler_logprobs, b.sampler_logprobs, rtol=0, atol=2.0**-10)
