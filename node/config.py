@@ -104,6 +104,56 @@ class TrainerConfig(_Section):
         return self.learning_rate if self.learning_rate is not None else (1e-4 if adapter == "lora" else 1e-6)
 
 
+class ModelConfig(_Section):
+    """The policy this node trains (DESIGN §1): any size, full fine-tuning or LoRA."""
+
+    name: str = Field("tiny-small", description="A built-in tiny model, a local folder, or a hub id.")
+    adapter: Literal["full", "lora"] = Field("full", description="Train every weight, or a LoRA adapter.")
+    lora_rank: int = Field(128, ge=1, description="LoRA rank r (the paper's 128; clamped for tiny models).")
+    lora_alpha: float = Field(256.0, gt=0, description="LoRA alpha (the paper's 256).")
+    lora_target_modules: list[str] | None = Field(
+        None, description="Modules LoRA adapts; default: the attention and MLP projections present."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights' dtype.")
+    device: str = Field("cpu", description="torch device, e.g. cpu or cuda.")
+    seed: int = Field(0, description="Seeds tiny models' weights, LoRA's init, sampling and problem order.")
+    revision: str | None = Field(None, description="Hub revision of the weights.")
+
+
+class TaskConfig(_Section):
+    """What the node trains on and how it scores completions (its own and its peers')."""
+
+    name: Literal["gsm8k", "math500", "arithmetic"] = Field("arithmetic", description="The task.")
+    split: str = Field("train", description="The split prompts are drawn from.")
+    data_files: dict[str, str] = Field(
+        default_factory=dict, description="Local JSONL file per split (GSM8K, MATH-500); default: the hub."
+    )
+    arithmetic: dict[str, object] = Field(
+        default_factory=dict, description="Settings of the synthetic arithmetic task (digits, operations...)."
+    )
+    trust_peer_answers: bool = Field(
+        False, description="Score a peer's group against its own gold answer when this node lacks the problem."
+    )
+
+
+class GenerationConfig(_Section):
+    """Sampling this node's own groups."""
+
+    prompts_per_round: int = Field(8, ge=1, description="Prompts (groups) generated per round.")
+    group_size: int = Field(8, ge=1, le=512, description="G: completions per prompt.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (the paper: 1).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper).")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off.")
+    max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")
+    batch_size: int = Field(64, ge=1, description="Sequences per generation forward pass.")
+
+
+class MixConfig(_Section):
+    """Which received groups a step trains on, beside the node's own."""
+
+    max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
+
+
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
@@ -152,6 +202,10 @@ class NodeConfig(_Section):
     loss: LossConfig = Field(default_factory=LossConfig, description="The training loss.")
     swarm: SwarmConfig = Field(default_factory=SwarmConfig, description="The swarm and the exchange.")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The optimizer step.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="The task and its rewards.")
+    generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling.")
+    mix: MixConfig = Field(default_factory=MixConfig, description="Peers' groups per step.")
 
 
 def load_config(path: str | Path) -> NodeConfig:

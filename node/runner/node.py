@@ -1,0 +1,142 @@
+"""One node's round: generate its groups, publish them, collect its peers', score everything with its
+own task, and take one F-TIS step on its own groups plus a fair mix of its peers' (DESIGN §1).
+
+A round never waits for peers: it trains on whatever has arrived (the default mode). The model is
+trained in place, so the next round generates with the weights this round produced, and the
+generator's policy version says so.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ftis.node.config import NodeConfig
+from ftis.node.models import Policy
+from ftis.node.runner.scoring import score_batch
+from ftis.node.swarm.transport import Transport, TransportStats
+from ftis.node.tasks import Problem, Task
+from ftis.node.trainer.mix import Candidate, select_peer_groups
+from ftis.node.trainer.trainer import StepMetrics, Trainer
+from ftis.protocol import (
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    round: int
+    own_reward: float  # mean reward of this node's own completions (= its sampling accuracy)
+    peer_reward: float  # mean reward this node gave its peers' completions (nan when none arrived)
+    own_groups: int
+    peer_groups_received: int
+    peer_groups_used: int
+    peer_groups_by_peer: dict[str, int]
+    unusable_groups: int
+    generation_tokens: int
+    generation_seconds: float
+    step: StepMetrics
+    transport: TransportStats = field(repr=False)
+
+
+class Node:
+    def __init__(self, config: NodeConfig, policy: Policy, task: Task, generator: object, transport: Transport):
+        self.config, self.policy, self.task, self.generator, self.transport = (
+            config, policy, task, generator, transport)
+        self.trainer = Trainer(policy.model, policy.adapter, config.loss, config.trainer,
+                               pad_id=policy.tokenizer.pad_token_id or 0)
+        self.round = 0
+        self._rng = np.random.default_rng([config.model.seed, 1])
+        self._vocab_size = max(len(policy.tokenizer), int(policy.model.get_input_embeddings().weight.shape[0]))
+        generation = config.generation
+        self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
+                                         generation.max_new_tokens)
+
+    def run_round(self) -> RoundReport:
+        own = self._generate()
+        self.transport.publish(own.batch)
+        scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
+                                 off_policy=self.config.loss.filter_local)
+        received = self.transport.receive()
+        candidates, peer_rewards, unusable = [], [], 0
+        for item in received:
+            scored = score_batch(item.batch, self.task, self.policy.tokenizer,
+                                 trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True)
+            candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
+            peer_rewards += scored.rewards
+            unusable += scored.unusable
+        chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups)
+        step = self.trainer.step([*scored_own.groups, *(c.group for c in chosen)])
+        self.generator.policy_version = self.trainer.policy_version
+        by_peer: dict[str, int] = {}
+        for candidate in chosen:
+            by_peer[candidate.group.peer_id] = by_peer.get(candidate.group.peer_id, 0) + 1
+        report = RoundReport(
+            round=self.round,
+            own_reward=float(np.mean(scored_own.rewards)) if scored_own.rewards else float("nan"),
+            peer_reward=float(np.mean(peer_rewards)) if peer_rewards else float("nan"),
+            own_groups=len(scored_own.groups),
+            peer_groups_received=len(candidates),
+            peer_groups_used=len(chosen),
+            peer_groups_by_peer=by_peer,
+            unusable_groups=unusable,
+            generation_tokens=own.tokens,
+            generation_seconds=own.seconds,
+            step=step,
+            transport=self.transport.stats(),
+        )
+        self.round += 1
+        return report
+
+    def _problems(self) -> list[Problem]:
+        split, count = self.config.task.split, self.config.generation.prompts_per_round
+        size = self.task.size(split)
+        if size is None:  # a synthetic task: any index is a problem
+            indices = self._rng.integers(0, 2**31 - 1, size=count)
+        else:
+            indices = self._rng.choice(size, size=count, replace=size < count)
+        return [self.task.problem(split, int(index)) for index in indices]
+
+    def _generate(self) -> "_Own":
+        started = time.perf_counter()
+        problems = self._problems()
+        tokenizer = self.policy.tokenizer
+        prompts = [np.array(tokenizer(self.task.prompt(p), add_special_tokens=False)["input_ids"], np.int64)
+                   for p in problems]
+        completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling,
+                                              seed=int(self._rng.integers(2**31)))
+        groups = []
+        for k, (problem, prompt, generated) in enumerate(zip(problems, prompts, completions, strict=True)):
+            texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
+            rewards = [self.task.reward(text, problem.answer) for text in texts]
+            groups.append(Group(
+                group_id=f"{self.transport.peer_id}/{self.round}/{k}",
+                task=TaskRef(problem.dataset, problem.split, problem.index, problem.answer),
+                prompt_ids=prompt,
+                completions=tuple(c.to_completion(r) for c, r in zip(generated, rewards, strict=True)),
+            ))
+        batch = RolloutBatch(
+            run_id=self.config.swarm.run_id,
+            peer_id=self.transport.peer_id,
+            seq=self.round,
+            created_at=time.time(),
+            policy=PolicyInfo(self.policy.name, self.policy.revision or "", self.policy.adapter,
+                              self.trainer.policy_version),
+            tokenizer=TokenizerInfo(self.policy.fingerprint, self._vocab_size),
+            sampling=self.sampling,
+            groups=tuple(groups),
+        )
+        tokens = sum(c.num_tokens for generated in completions for c in generated)
+        return _Own(batch, tokens, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class _Own:
+    batch: RolloutBatch
+    tokens: int
+    seconds: float

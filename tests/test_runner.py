@@ -1,0 +1,88 @@
+"""Two tiny-model nodes of different sizes, one of them LoRA, train together over the in-memory
+transport: each receives and scores the other's groups, trains on them, and its weights change."""
+
+import numpy as np
+import pytest
+import torch
+
+from ftis.node.config import NodeConfig
+from ftis.node.generation.hf import TransformersGenerator
+from ftis.node.models import load_policy
+from ftis.node.runner.node import Node
+from ftis.node.swarm.inbox import InboxLimits
+from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.tasks import Problem
+
+LIMITS = InboxLimits(max_age_s=600, per_peer_quota=8, max_batches=64, max_bytes=10**8)
+
+
+class DigitTask:
+    """A stand-in task random tiny models can score on: reward 1 when the completion has a digit.
+    (Arithmetic itself gives random weights reward 0 everywhere, so no group would teach anything.)"""
+
+    name = "digits"
+    splits = ("train",)
+
+    def problem(self, split: str, index: int) -> Problem:
+        return Problem(self.name, split, index, f"say {index % 10}", str(index % 10))
+
+    def size(self, split: str) -> int | None:
+        return None
+
+    def prompt(self, problem: Problem) -> str:
+        return problem.question + ":"
+
+    def parse_answer(self, completion_text: str) -> str | None:
+        return next((ch for ch in completion_text if ch.isdigit()), None)
+
+    def reward(self, completion_text: str, gold: str) -> float:
+        return float(self.parse_answer(completion_text) is not None)
+
+
+def make_node(hub: MemoryHub, peer_id: str, model: str, adapter: str, seed: int) -> Node:
+    config = NodeConfig.model_validate({
+        "model": {"name": model, "adapter": adapter, "seed": seed},
+        "generation": {"prompts_per_round": 3, "group_size": 6, "max_new_tokens": 6, "temperature": 1.5},
+        "trainer": {"learning_rate": 1e-2},
+        "loss": {"divergence_threshold": 1e9},  # random models diverge wildly; keep the advantage rule only
+    })
+    policy = load_policy(model, adapter=adapter, seed=seed, lora_rank=8, lora_alpha=16)
+    generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
+                                      pad_token_id=policy.tokenizer.pad_token_id)
+    transport = MemoryTransport(hub, config.swarm.run_id, peer_id, policy.fingerprint, LIMITS)
+    return Node(config, policy, DigitTask(), generator, transport)
+
+
+@pytest.fixture(scope="module")
+def torch_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_two_heterogeneous_nodes_train_on_each_others_groups(torch_threads):
+    hub = MemoryHub()
+    small = make_node(hub, "small", "tiny-small", "full", seed=1)
+    medium = make_node(hub, "medium", "tiny-medium", "lora", seed=2)
+    assert small.policy.fingerprint == medium.policy.fingerprint  # one tokenizer, two sizes
+    before = {id(node): [p.detach().clone() for p in node.trainer.parameters] for node in (small, medium)}
+    reports = {id(small): [], id(medium): []}
+    for _ in range(3):
+        for node in (small, medium):
+            reports[id(node)].append(node.run_round())
+    for node, other in ((small, "medium"), (medium, "small")):
+        rounds = reports[id(node)]
+        assert sum(r.peer_groups_received for r in rounds) > 0
+        assert any(r.peer_groups_by_peer.get(other, 0) > 0 for r in rounds)
+        assert any(r.step.trained for r in rounds)
+        assert node.trainer.policy_version == sum(r.step.trained for r in rounds)
+        assert node.generator.policy_version == node.trainer.policy_version
+        assert rounds[-1].transport.delivered_batches >= 2
+        assert all(0.0 <= r.own_reward <= 1.0 for r in rounds)
+        assert rounds[-1].generation_tokens > 0
+        changed = [not torch.equal(a, b) for a, b in zip(before[id(node)], node.trainer.parameters, strict=True)]
+        assert any(changed)
+    # the LoRA node trains only its adapter
+    assert all("lora_" in name for name, p in medium.policy.model.named_parameters() if p.requires_grad)
+    assert np.isfinite([r.step.loss for rs in reports.values() for r in rs]).all()
