@@ -157,5 +157,61 @@ def status_command(
     typer.echo(members_table(members, config.run_id))
 
 
+@app.command("join")
+def join_command(
+    peer: Annotated[list[str] | None, typer.Option("--peer", help="Full multiaddr of any member (repeatable).")] = None,
+    config_file: Annotated[Path | None, typer.Option("--config", help="A TOML config (see examples/).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Tiny name, folder or hub id.")] = None,
+    adapter: Annotated[str | None, typer.Option("--adapter", help="full or lora.")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
+    run_id: RunId = None,
+    identity: Annotated[Path | None, typer.Option("--identity", help="Key file: a stable peer id.")] = None,
+    host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help="Listen here.")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", help="Stop after this many rounds.")] = None,
+    metrics_dir: Annotated[Path, typer.Option("--metrics-dir", help="Where metrics.jsonl goes.")] = Path("runs/node"),
+) -> None:
+    """Join a swarm and train: generate, publish, collect peers' groups, take F-TIS steps. Ctrl-C stops."""
+    from ftis.node.config import ConfigError, NodeConfig, load_config
+    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.swarm.transport import SwarmError
+
+    try:
+        base = load_config(config_file) if config_file is not None else NodeConfig()
+    except ConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    overrides = {
+        "model": {"name": model, "adapter": adapter},
+        "task": {"name": task},
+        "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs},
+    }
+    data = base.model_dump()
+    for section, values in overrides.items():
+        data[section].update({key: value for key, value in values.items() if value is not None})
+    config = _validated(NodeConfig, data)
+    exit_on_sigterm()
+    from ftis.node.runner.join import build_node, run_node
+
+    try:
+        node = build_node(config)
+        run_node(node, rounds, metrics_dir, lambda line: typer.echo(line))
+    except SwarmError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, Terminated):
+        typer.echo("stopped: the DHT and p2pd are shut down")
+
+
+def _validated(model_class: type, data: dict) -> object:
+    from pydantic import ValidationError
+
+    try:
+        return model_class.model_validate(data)
+    except ValidationError as error:
+        for problem in error.errors():
+            typer.echo(f"error: {'.'.join(str(p) for p in problem['loc'])}: {problem['msg']}", err=True)
+        raise typer.Exit(2) from None
+
+
 def main() -> None:
     app()

@@ -86,3 +86,26 @@ def test_two_heterogeneous_nodes_train_on_each_others_groups(torch_threads):
     # the LoRA node trains only its adapter
     assert all("lora_" in name for name, p in medium.policy.model.named_parameters() if p.requires_grad)
     assert np.isfinite([r.step.loss for rs in reports.values() for r in rs]).all()
+
+
+def test_join_builds_a_node_from_config_and_writes_metrics(tmp_path, torch_threads):
+    import json
+
+    from ftis.node.runner.join import build_node, run_node
+
+    config = NodeConfig.model_validate({
+        "model": {"name": "tiny-small"},
+        "task": {"name": "arithmetic"},
+        "generation": {"prompts_per_round": 2, "group_size": 3, "max_new_tokens": 4},
+    })
+    hub = MemoryHub()
+    node = build_node(config, lambda fingerprint: MemoryTransport(hub, "ftis-demo", "solo", fingerprint, LIMITS))
+    lines: list[str] = []
+    run_node(node, rounds=2, metrics_dir=tmp_path, echo=lines.append)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 1]
+    assert records[0]["own_groups"] == 2 and records[0]["peer_reward"] is None  # no peer: null, not NaN
+    assert records[0]["bytes_sent"] > 0 and "train_is_weight_mean" in records[0]
+    assert lines[0].startswith("node solo (tiny-small, full)") and lines[1].startswith("round     0")
+    with pytest.raises(RuntimeError, match="closed"):
+        node.transport.receive()  # run_node always closes the transport

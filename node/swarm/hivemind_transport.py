@@ -69,6 +69,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
             check_if_identity_free=not fresh,
             client_mode=config.client_mode,
             record_validators=validators,
+            startup_timeout=config.start_timeout_s,  # p2pd's own start: hivemind's default 15 s would cap it
         )
         dht.run_in_background(await_ready=True, timeout=config.start_timeout_s)
     except Exception as error:  # hivemind raises many types here (P2PDaemonError, TimeoutError, ValueError...)
@@ -176,6 +177,15 @@ class HivemindTransport:
         await asyncio.gather(*self._tasks, *self._fetches, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._p2p.remove_binary_stream_handler(self._handler)
+        # The replica's own tasks (handler listener, daemon connection reader/writer) would stay pending
+        # on this loop and be destroyed with "Event loop is closed" tracebacks once the transport is
+        # garbage-collected: close the replica (p2pd goes with the DHT) and let every task here finish.
+        with contextlib.suppress(Exception):
+            await self._p2p.shutdown()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _announcer(self) -> None:
         while True:
