@@ -189,8 +189,11 @@ class HivemindTransport:
 
     async def _announcer(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._announce_now.wait(), self._config.announce_interval_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands as the event
+            # is set (a publish just before close), so this loop would outlive close() by its 10 s wait.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._config.announce_interval_s):
+                    await self._announce_now.wait()
             self._announce_now.clear()
             announcement = self._outbox.announcement()
             if announcement is None:

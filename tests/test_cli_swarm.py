@@ -1,0 +1,186 @@
+"""The swarm commands on 127.0.0.1 (marker ``hivemind``): ``ftis-node bootstrap`` as a subprocess of the
+installed entry point, as a user runs it, and ``ftis-node status`` through typer's runner in this process.
+
+Run: python -m pytest tests/test_cli_swarm.py -q
+
+A new process imports hivemind and with it torch (seconds; far more on a loaded machine), so the
+bootstrap's two runs (same identity file) make one test, and status runs in-process.
+"""
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from swarm_helpers import TOKENIZER, make_batch
+from typer.testing import CliRunner
+
+from ftis.node.cli import app
+
+pytestmark = pytest.mark.hivemind
+
+FTIS_NODE = str(Path(sys.executable).with_name("ftis-node"))  # the entry point installed beside this Python
+START_TIMEOUT_S = 90.0  # torch's import dominates; a loaded machine takes several times the ~4 s it takes idle
+RUN = "cli-test"
+runner = CliRunner()
+
+
+class Bootstrap:
+    """A running ``ftis-node bootstrap``; its output lines are collected as they come."""
+
+    def __init__(self, *args: str):
+        self.process = subprocess.Popen([FTIS_NODE, "bootstrap", *args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._new: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+            self._new.put(line)
+
+    def maddr(self) -> str:
+        """The first full multiaddr it prints (``.../p2p/<peer id>``)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self._new.get(timeout=0.2)
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    break
+                continue
+            if "/p2p/" in line:
+                return line.split()[-1]
+        self.process.kill()
+        pytest.fail(f"no multiaddr within {START_TIMEOUT_S:.0f} s:\n{''.join(self.lines)}")
+
+    def terminate(self) -> tuple[int, str]:
+        """SIGTERM; its exit status and everything it printed."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            status = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            pytest.fail(f"still running 30 s after SIGTERM:\n{''.join(self.lines)}")
+        self._reader.join(10)  # it ends at the end of the output
+        return status, "".join(self.lines)
+
+
+def _running(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after ``timeout`` (a zombie has exited: it runs nothing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    left.append(process)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _names(processes: list[psutil.Process]) -> set[str]:
+    names = set()
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            names.add(process.name())
+    return names
+
+
+def test_bootstrap_prints_its_address_keeps_its_identity_and_stops_cleanly_on_sigterm(tmp_path):
+    identity = tmp_path / "keys" / "bootstrap.key"
+    peer_ids = []
+    for run in ("created", "reused"):
+        bootstrap = Bootstrap("--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--identity", str(identity), "--run-id", RUN)
+        try:
+            maddr = bootstrap.maddr()
+            assert maddr.startswith("/ip4/127.0.0.1/tcp/") and "/p2p/Qm" in maddr, maddr
+            peer_ids.append(maddr.rsplit("/p2p/", 1)[1])
+            family = psutil.Process(bootstrap.process.pid).children(recursive=True)
+            assert "p2pd" in _names(family), f"{run} run: no p2pd among {family}"
+            status, output = bootstrap.terminate()
+        finally:
+            if bootstrap.process.poll() is None:
+                bootstrap.process.kill()
+        assert status == 0, f"{run} run:\n{output}"
+        assert "stopped" in output
+        assert "Traceback" not in output
+        assert _running(family, timeout=10) == [], f"{run} run left processes running"
+        assert stat.S_IMODE(os.stat(identity).st_mode) == 0o400  # owner-only, read-only
+    assert peer_ids[0] == peer_ids[1]
+
+
+# --- status (in-process: the command's whole code path, without a second torch import) ---------------
+
+
+@pytest.fixture(scope="module")
+def member(tmp_path_factory) -> Iterator[tuple[str, str]]:
+    """A bootstrap DHT peer and one member that has published and announced; yields the bootstrap's
+    multiaddr and the member's peer id."""
+    from hivemind.utils import get_dht_time
+
+    from ftis.node.config import SwarmConfig
+    from ftis.node.swarm.directory import read_members
+    from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+
+    settings = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], announce_interval_s=1.0, announcement_ttl_s=30.0)
+    bootstrap, _ = start_dht(SwarmConfig(**settings), tmp_path_factory.mktemp("status") / "bootstrap.key",
+                             announce=False)
+    transport = None
+    try:
+        maddr = str(bootstrap.get_visible_maddrs()[0])
+        transport = HivemindTransport(SwarmConfig(**settings, initial_peers=[maddr]), TOKENIZER)
+        transport.publish(make_batch(transport.peer_id, 0, get_dht_time(), run_id=RUN, model="cli-model",
+                                     adapter="lora", policy_version=7))
+        deadline = time.monotonic() + 30
+        while transport.peer_id not in {m.peer_id for m in read_members(bootstrap, RUN, 8)}:
+            assert time.monotonic() < deadline, "the member's announcement never reached the bootstrap"
+            time.sleep(0.1)
+        yield maddr, transport.peer_id
+    finally:
+        if transport is not None:
+            transport.close()
+        bootstrap.shutdown()
+
+
+def test_status_json_lists_a_running_member_with_its_model_and_policy_version(member):
+    maddr, peer_id = member
+    result = runner.invoke(app, ["status", "--peer", maddr, "--run-id", RUN, "--json"])
+    assert result.exit_code == 0, result.output
+    members = {m["peer_id"]: m for m in json.loads(result.stdout)}
+    assert set(members) == {peer_id}  # the bootstrap does not announce; the status client neither
+    found = members[peer_id]
+    assert (found["model"], found["adapter"], found["policy_version"]) == ("cli-model", "lora", 7)
+    assert (found["tokenizer"], found["published_batches"]) == (TOKENIZER, 1)
+    assert found["published_tokens"] > 0
+
+
+def test_status_table_prints_the_members_peer_id(member):
+    maddr, peer_id = member
+    result = runner.invoke(app, ["status", "--peer", maddr, "--run-id", RUN])
+    assert result.exit_code == 0, result.output
+    assert f"run {RUN!r}: 1 member" in result.stdout
+    (row,) = [line for line in result.stdout.splitlines() if peer_id in line]
+    assert row.split()[:4] == [peer_id, "cli-model", "lora", "7"]
+
+
+def test_status_with_a_bad_peer_address_exits_with_an_error_line():
+    result = runner.invoke(app, ["status", "--peer", "not-a-multiaddr", "--run-id", RUN])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit)  # a clean exit, no exception escaping
+    assert "Traceback" not in result.output
+    assert any(line.startswith("error: ") and "not-a-multiaddr" in line for line in result.stderr.splitlines()), \
+        result.stderr

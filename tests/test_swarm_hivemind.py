@@ -1,0 +1,478 @@
+"""A real swarm on 127.0.0.1: hivemind DHT peers, signed announcements, payloads over libp2p streams.
+
+Run: python -m pytest tests/test_swarm_hivemind.py -q      (marker ``hivemind``; about 30 s)
+
+One swarm serves the module: a bootstrap DHT peer; alice, bob and carol; ``elder``, which publishes
+only for the late-joiner test; a node in its own OS process (``tests/swarm_peer.py``) that one test
+kills with SIGKILL; and a rogue peer that announces real batches but serves each one the way a test
+scripts it. Tests use fresh sequence numbers and look only at the batches and rejections of the
+peers they involve, so they do not depend on each other's order. The test that kills the bootstrap
+has a swarm of its own.
+
+Every wait polls until its condition holds, under a deadline that only a broken (or badly
+overloaded) swarm reaches.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import hivemind
+import psutil
+import pytest
+from hivemind.utils import get_dht_time
+from swarm_helpers import TOKENIZER, make_batch
+
+from ftis.node.config import SwarmConfig
+from ftis.node.swarm.directory import read_members
+from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+from ftis.node.swarm.inbox import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
+from ftis.node.swarm.records import shard_key, shard_of
+from ftis.node.swarm.transport import ReceivedBatch
+from ftis.protocol import RolloutBatch, encode
+from ftis.protocol.announcement import decode_announcement, encode_announcement
+
+pytestmark = pytest.mark.hivemind
+
+RUN = "hivemind-test"
+FETCH_TIMEOUT_S = 4.0  # long enough that another peer's batch arrives while a fetch stalls
+MAX_AGE_S = 30.0  # the late-joiner test back-dates its batches instead of waiting
+SETTINGS = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2, announce_interval_s=1.0,
+                announcement_ttl_s=5.0, max_age_s=MAX_AGE_S, fetch_timeout_s=FETCH_TIMEOUT_S, per_peer_quota=64,
+                max_buffered_batches=256)
+DEADLINE_S = 30.0  # the longest any wait may take; waits end as soon as their condition holds
+JOIN_DEADLINE_S = 90.0  # a new process imports torch first: ~3 s idle, far longer on a loaded machine
+PEER_SCRIPT = Path(__file__).with_name("swarm_peer.py")
+
+
+# --- nodes and swarms ---------------------------------------------------------------------------------
+
+
+class Node:
+    """A transport and everything it has received so far: tests share nodes, so nothing gets lost."""
+
+    def __init__(self, transport: HivemindTransport):
+        self.transport = transport
+        self.peer_id = transport.peer_id
+        self.log: list[ReceivedBatch] = []  # in order of delivery
+        self.next_seq = 0
+
+    def publish(self, created_at: float | None = None) -> RolloutBatch:
+        batch = make_batch(self.peer_id, self.next_seq, get_dht_time() if created_at is None else created_at,
+                           run_id=RUN)
+        self.next_seq += 1
+        self.transport.publish(batch)
+        return batch
+
+    def poll(self) -> None:
+        self.log += self.transport.receive()
+
+    def got(self, peer_id: str) -> list[int]:
+        """Sequence numbers delivered from ``peer_id``, in order, repeats included."""
+        return [r.batch.seq for r in self.log if r.peer_id == peer_id]
+
+    def rejections(self, peer_id: str) -> dict[str, int]:
+        return {reason: n for (peer, reason), n in self.transport.stats().rejections.items() if peer == peer_id}
+
+
+class Swarm:
+    def __init__(self, bootstrap: hivemind.DHT):
+        self.bootstrap = bootstrap
+        self.maddrs = [str(maddr) for maddr in bootstrap.get_visible_maddrs()]
+        self.config = SwarmConfig(**SETTINGS, initial_peers=self.maddrs)
+        self.nodes: list[Node] = []
+
+    def join(self, n: int) -> list[Node]:
+        """n new nodes, joined in parallel (a DHT peer takes about a second to start)."""
+
+        def start(_: int) -> Node:
+            node = Node(HivemindTransport(self.config, TOKENIZER))
+            self.nodes.append(node)  # at once: close() ends it even if a sibling fails to start
+            return node
+
+        with ThreadPoolExecutor(n) as pool:
+            return list(pool.map(start, range(n)))
+
+    def leave(self, node: Node) -> None:
+        self.nodes.remove(node)
+        node.transport.close()
+
+    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> float:
+        """Poll every node until ``condition()`` holds; returns the seconds it took."""
+        started = time.monotonic()
+        while True:
+            for node in self.nodes:
+                node.poll()
+            if condition():
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                pytest.fail(f"not within {timeout:.0f} s: {what}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            list(pool.map(lambda node: node.transport.close(), self.nodes))
+        self.bootstrap.shutdown()
+
+
+def start_bootstrap(folder: Path) -> hivemind.DHT:
+    dht, _ = start_dht(SwarmConfig(**SETTINGS), folder / "bootstrap.key", announce=False)
+    return dht
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, then the DHT process and ``p2pd`` it leaves running as orphans (a machine
+    going down takes them all). The caller reaps ``pid`` itself (``Popen.wait``, ``Process.join``)."""
+    root = psutil.Process(pid)
+    orphans = root.children(recursive=True)
+    root.kill()
+    for process in orphans:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    # Dead once they are zombies: the orphans' new parent (PID 1 here) reaps them in its own time.
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in orphans) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class FarNode:
+    """``tests/swarm_peer.py`` in its own process; its stderr (hivemind's log) goes to a file."""
+
+    def __init__(self, maddr: str, log: Path):
+        self.log = log
+        with log.open("w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, str(PEER_SCRIPT), "--peer", maddr, "--run-id", RUN, "--interval", "0.5"],
+                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._peer_id: str | None = None
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._lines.put(line)
+
+    def peer_id(self, timeout: float = JOIN_DEADLINE_S) -> str:
+        """Its peer id, once it has joined (it imports torch first: seconds)."""
+        deadline = time.monotonic() + timeout
+        while self._peer_id is None:
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the node process did not join (exit status {self.process.poll()}):\n"
+                                f"{self.log.read_text()[-3000:]}")
+                continue
+            assert line.startswith("peer "), line
+            self._peer_id = line.split()[1]
+        return self._peer_id
+
+    def stop(self) -> None:
+        """SIGTERM (a clean shutdown: its handler closes the transport) and wait; SIGKILL if it hangs."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                kill_tree(self.process.pid)
+                self.process.wait()
+
+
+# --- the rogue peer -----------------------------------------------------------------------------------
+
+Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
+
+
+async def _until_hung_up(reader: asyncio.StreamReader) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(reader.read(), 60)
+
+
+async def tampered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
+    """The announced length, other bytes."""
+    writer.write(len(payload).to_bytes(8, "big") + payload[:-1] + bytes([payload[-1] ^ 0xFF]))
+    await writer.drain()
+
+
+async def claims_a_terabyte(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
+    """A length far above the announced size, then nothing: a fetcher that read on would wait forever."""
+    writer.write((1 << 40).to_bytes(8, "big"))
+    await writer.drain()
+    await _until_hung_up(reader)
+
+
+async def stalls_mid_payload(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
+    """Half the payload, then silence: a peer that died while serving, without closing the stream."""
+    writer.write(len(payload).to_bytes(8, "big") + payload[: len(payload) // 2])
+    await writer.drain()
+    await _until_hung_up(reader)
+
+
+class Rogue:
+    """A real transport whose stream handler is replaced: it announces genuine, signed batches and
+    serves each one as ``offer`` scripted it (same handler name and framing as the transport)."""
+
+    def __init__(self, node: Node):
+        self.node, transport = node, node.transport
+        self.behaviours: dict[int, Behaviour] = {}
+        self.requests: dict[tuple[str, int], float] = {}  # (fetcher, seq) -> time.monotonic() of the request
+        self._run(transport._p2p.remove_binary_stream_handler(transport._handler))
+        self._run(transport._p2p.add_binary_stream_handler(transport._handler, self._serve))
+
+    def _run(self, coroutine: Awaitable) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self.node.transport._loop).result(10)
+
+    def offer(self, behaviour: Behaviour) -> int:
+        """Publish a batch that ``behaviour`` serves; returns its sequence number."""
+        seq = self.node.next_seq
+        self.behaviours[seq] = behaviour
+        self.node.publish()
+        return seq
+
+    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            seq = int.from_bytes(await reader.readexactly(8), "big")
+            self.requests[(info.peer_id.to_base58(), seq)] = time.monotonic()
+            await self.behaviours[seq](reader, writer, self.node.transport._outbox.payload(seq))
+        finally:
+            writer.close()
+
+
+@dataclasses.dataclass
+class World:
+    swarm: Swarm
+    alice: Node
+    bob: Node
+    carol: Node
+    elder: Node
+    rogue: Rogue
+    far: FarNode
+
+    @property
+    def trio(self) -> list[Node]:
+        return [self.alice, self.bob, self.carol]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Iterator[World]:
+    folder = tmp_path_factory.mktemp("swarm")
+    swarm = Swarm(start_bootstrap(folder))
+    far = None
+    try:
+        far = FarNode(swarm.maddrs[0], folder / "far-node.log")  # imports torch while the others join
+        alice, bob, carol, elder, rogue = swarm.join(5)
+        yield World(swarm, alice, bob, carol, elder, Rogue(rogue), far)
+    finally:
+        if far is not None and far.process.poll() is None:
+            far.process.terminate()  # it shuts down while the others close
+        swarm.close()
+        if far is not None:
+            far.stop()
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {reason: n - before.get(reason, 0) for reason, n in after.items() if n != before.get(reason, 0)}
+
+
+# --- exchange -----------------------------------------------------------------------------------------
+
+
+def test_three_nodes_receive_each_others_batches_byte_identical_exactly_once(world):
+    sent = {(node.peer_id, b.seq): b for node in world.trio for b in (node.publish(), node.publish())}
+
+    def everyone_has_the_others() -> bool:
+        return all({k for k in sent if k[0] != n.peer_id} <= {(r.peer_id, r.batch.seq) for r in n.log}
+                   for n in world.trio)
+
+    world.swarm.wait_until(everyone_has_the_others, "each node has the other two's batches")
+    quiet_until = time.monotonic() + 1.5  # more polls and a re-announcement: nothing may come twice
+    world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "a quiet period")
+    for node in world.trio:
+        delivered = [(r.peer_id, r.batch.seq) for r in node.log]
+        assert len(delivered) == len(set(delivered)), f"a batch was delivered twice to {node.peer_id}"
+        mine = [r for r in node.log if (r.peer_id, r.batch.seq) in sent]
+        assert sorted((r.peer_id, r.batch.seq) for r in mine) == sorted(k for k in sent if k[0] != node.peer_id)
+        for r in mine:
+            original = sent[(r.peer_id, r.batch.seq)]
+            assert r.batch == original
+            assert encode(r.batch) == encode(original)  # byte-identical
+            assert r.payload_bytes == len(encode(original))
+
+
+def test_a_late_joiner_receives_only_batches_within_the_max_age(world):
+    elder, bob = world.elder, world.bob
+    now = get_dht_time()
+    old = elder.publish(created_at=now - MAX_AGE_S - 5).seq
+    recent = [elder.publish(created_at=now - MAX_AGE_S / 2).seq, elder.publish().seq]
+    world.swarm.wait_until(lambda: set(recent) <= set(bob.got(elder.peer_id)), "bob has elder's recent batches")
+    (late,) = world.swarm.join(1)
+    try:
+        world.swarm.wait_until(lambda: set(recent) <= set(late.got(elder.peer_id)), "the late joiner has them too")
+        assert sorted(late.got(elder.peer_id)) == recent  # fetched concurrently: any order
+        assert old not in bob.got(elder.peer_id)
+        assert late.rejections(elder.peer_id) == {STALE: 1}
+    finally:
+        world.swarm.leave(late)
+
+
+def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline(world):
+    rogue, alice = world.rogue, world.alice
+    fetchers = world.trio
+    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in fetchers}
+    seq = rogue.offer(stalls_mid_payload)
+    world.swarm.wait_until(lambda: all((node.peer_id, seq) in rogue.requests for node in fetchers),
+                           "every node is fetching the stalling batch")
+    marker = alice.publish().seq
+    others = [world.bob, world.carol]
+    world.swarm.wait_until(lambda: all(marker in node.got(alice.peer_id) for node in others),
+                           "the others get alice's batch meanwhile")
+    for node in others:  # ... while their fetch from the stalled peer is still pending
+        assert FETCH_FAILED not in delta(node.rejections(rogue.node.peer_id), before[node.peer_id])
+
+    failed_at: dict[str, float] = {}
+
+    def all_failed() -> bool:
+        for node in fetchers:
+            if node.peer_id not in failed_at and delta(node.rejections(rogue.node.peer_id), before[node.peer_id]):
+                failed_at[node.peer_id] = time.monotonic()
+        return len(failed_at) == len(fetchers)
+
+    world.swarm.wait_until(all_failed, "every node gives up on the stalled fetch", timeout=3 * FETCH_TIMEOUT_S)
+    for node in fetchers:
+        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {FETCH_FAILED: 1}
+        waited = failed_at[node.peer_id] - rogue.requests[(node.peer_id, seq)]
+        # One deadline: not at once, and no hang. It runs from before the connection, so a little less
+        # than it passes after the request; the slack above is for a loaded machine's scheduling.
+        assert FETCH_TIMEOUT_S / 2 < waited < FETCH_TIMEOUT_S + 2.0, waited
+        assert seq not in node.got(rogue.node.peer_id)
+
+
+# --- hostile peers ------------------------------------------------------------------------------------
+
+
+def test_a_forged_announcement_under_another_peers_subkey_is_rejected(world):
+    alice, bob = world.alice, world.bob
+    marker = alice.publish().seq
+    world.swarm.wait_until(lambda: marker in bob.got(alice.peer_id), "alice has announced")
+    key, subkey = shard_key(RUN, shard_of(alice.peer_id, world.swarm.config.shards)), alice.transport._owner
+    genuine = alice.transport._outbox.announcement()
+    forged = encode_announcement(dataclasses.replace(genuine, model="forged-model", updated_at=get_dht_time()))
+    # An attacker that runs no validators at all: nothing is signed, every DHT peer must refuse it.
+    forger = hivemind.DHT(initial_peers=world.swarm.maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"], client_mode=True,
+                          startup_timeout=JOIN_DEADLINE_S, start=True)
+    try:
+        later = get_dht_time() + 60  # would outlive alice's renewals if it were accepted
+        assert forger.store(key, forged, expiration_time=later, subkey=subkey) is False
+        assert forger.store(key, b"wiped", expiration_time=later) is False  # a plain value over the whole shard
+    finally:
+        forger.shutdown()
+    members = {m.peer_id: m for m in read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards)}
+    assert members[alice.peer_id].model == genuine.model
+    assert {m.peer_id: m for m in bob.transport.members()}[alice.peer_id].model == genuine.model
+    assert BAD_ANNOUNCEMENT not in bob.rejections(alice.peer_id)
+
+
+def test_an_announcement_signed_by_another_key_than_its_peer_ids_is_a_bad_announcement(world, tmp_path):
+    alice, bob, carol = world.alice, world.bob, world.carol
+    alice.publish()
+    claim = alice.transport._outbox.announcement()  # alice's own words, with a batch she never published
+    claim = dataclasses.replace(claim, batches=(dataclasses.replace(claim.batches[-1], seq=10_000),),
+                                updated_at=get_dht_time())
+    assert decode_announcement(encode_announcement(claim)).peer_id == alice.peer_id
+    dht, owner = start_dht(world.swarm.config, tmp_path / "impostor.key", announce=True)
+    try:
+        impostor = dht.peer_id.to_base58()
+        # signed with the impostor's own key, under its own subkey: the DHT accepts it...
+        assert dht.store(shard_key(RUN, 0), encode_announcement(claim), expiration_time=get_dht_time() + 30,
+                         subkey=owner)
+        # ... and every reader refuses it, counted against the key that signed it
+        world.swarm.wait_until(lambda: all(n.rejections(impostor) == {BAD_ANNOUNCEMENT: 1} for n in (bob, carol)),
+                               "bob and carol count the impostor's announcement")
+        for node in (bob, carol):
+            assert 10_000 not in node.got(alice.peer_id)
+            assert impostor not in {m.peer_id for m in node.transport.members()}
+            assert BAD_ANNOUNCEMENT not in node.rejections(alice.peer_id)
+    finally:
+        dht.shutdown()
+
+
+def test_a_payload_that_does_not_match_its_announcement_is_rejected(world):
+    rogue = world.rogue
+    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in world.trio}
+    seq = rogue.offer(tampered)
+    world.swarm.wait_until(
+        lambda: all(delta(n.rejections(rogue.node.peer_id), before[n.peer_id]) for n in world.trio),
+        "every node refuses the tampered payload")
+    for node in world.trio:
+        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {HASH_MISMATCH: 1}
+        assert seq not in node.got(rogue.node.peer_id)
+
+
+def test_an_over_limit_payload_is_rejected_without_reading_it(world):
+    rogue = world.rogue
+    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in world.trio}
+    seq = rogue.offer(claims_a_terabyte)
+    refused_at: dict[str, float] = {}
+
+    def all_refused() -> bool:
+        for node in world.trio:
+            if node.peer_id not in refused_at and delta(node.rejections(rogue.node.peer_id), before[node.peer_id]):
+                refused_at[node.peer_id] = time.monotonic()
+        return len(refused_at) == len(world.trio)
+
+    world.swarm.wait_until(all_refused, "every node refuses the over-limit payload")
+    for node in world.trio:
+        # too_large, not fetch_failed: refused on the length alone, not after waiting for the body
+        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {TOO_LARGE: 1}
+        assert refused_at[node.peer_id] - rogue.requests[(node.peer_id, seq)] < FETCH_TIMEOUT_S
+        assert seq not in node.got(rogue.node.peer_id)
+
+
+# --- nodes dying (last in the file: the node in its own process has had time to start) --------------
+
+
+def test_the_others_keep_exchanging_after_a_node_is_killed(world):
+    far_id = world.far.peer_id()
+    world.swarm.wait_until(lambda: all(node.got(far_id) for node in world.trio),
+                           "every node has a batch of the node in its own process")
+    kill_tree(world.far.process.pid)
+    assert world.far.process.wait(10) == -9
+    sent = {node.peer_id: node.publish().seq for node in world.trio}
+    world.swarm.wait_until(
+        lambda: all(sent[other.peer_id] in node.got(other.peer_id)
+                    for node in world.trio for other in world.trio if other is not node),
+        "each node has the other two's batches published after the kill")
+
+
+def test_the_others_keep_exchanging_after_the_bootstrap_is_killed(tmp_path):
+    swarm = Swarm(start_bootstrap(tmp_path))
+    try:
+        nodes = swarm.join(2)
+
+        def exchanged(seqs: dict[str, int]) -> Callable[[], bool]:
+            return lambda: all(seqs[b.peer_id] in a.got(b.peer_id) for a in nodes for b in nodes if a is not b)
+
+        first = {node.peer_id: node.publish().seq for node in nodes}
+        swarm.wait_until(exchanged(first), "the two nodes exchange through the bootstrap")
+        kill_tree(swarm.bootstrap.pid)
+        swarm.bootstrap.join(10)  # reaps it; shutdown() is then a no-op
+        assert not swarm.bootstrap.is_alive()
+        then = {node.peer_id: node.publish().seq for node in nodes}
+        swarm.wait_until(exchanged(then), "the two nodes keep exchanging without it")
+    finally:
+        swarm.close()
