@@ -28,8 +28,11 @@ random log-probs on the wire's grid, so zstd barely shrinks them (about 4.2 B pe
     run: a handler added with ``add_binary_stream_handler`` on the publisher's P2P replica sends as
     many random bytes as the payload, with the same 8-byte request and length prefix, and the fetcher
     reads them with ``call_binary_stream_handler`` + ``readexactly``. Raw and transport fetches
-    alternate, repetition by repetition; figures are medians. MB = 10^6 bytes. Both ends of every
-    stream are in this one process (sharing its GIL), as are the raw baseline's.
+    alternate, repetition by repetition; times are medians, and fetch/raw is the median over
+    repetitions of the ratio of a raw and a transport fetch made back to back, which cancels the
+    slow phases of a shared machine (best/best, fastest against fastest, is shown beside it).
+    MB = 10^6 bytes. Both ends of every stream are in this one process (sharing its GIL), as are
+    the raw baseline's.
 """
 
 import argparse

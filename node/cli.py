@@ -7,7 +7,7 @@ Heavy imports (torch, hivemind, transformers) happen inside commands, never here
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -73,16 +73,9 @@ def inspect_command(
 
 def _swarm_config(**settings: object) -> "SwarmConfig":
     """A SwarmConfig from the options given (None = default); a bad value exits with its reason."""
-    from pydantic import ValidationError
-
     from ftis.node.config import SwarmConfig
 
-    try:
-        return SwarmConfig(**{key: value for key, value in settings.items() if value is not None})
-    except ValidationError as error:
-        for problem in error.errors():
-            typer.echo(f"error: {'.'.join(str(p) for p in problem['loc']) or 'swarm'}: {problem['msg']}", err=True)
-        raise typer.Exit(2) from None
+    return _validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
 
 
 RunId = Annotated[str | None, typer.Option("--run-id", help="The run to serve or read (default: ftis-demo).")]
@@ -202,7 +195,8 @@ def join_command(
         typer.echo("stopped: the DHT and p2pd are shut down")
 
 
-def _validated(model_class: type, data: dict) -> object:
+def _validated(model_class: type, data: dict) -> Any:
+    """``model_class`` validated from ``data``; each problem printed as ``error: field: reason``, exit 2."""
     from pydantic import ValidationError
 
     try:

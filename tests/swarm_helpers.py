@@ -7,12 +7,12 @@ log-probs are multiples of ``LOGPROB_STEP``, the step the protocol quantises to,
 compares ``==`` with the published one.
 """
 
-import hashlib
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from ftis.node.swarm.outbox import describe
 from ftis.protocol import (
     Completion,
     Group,
@@ -101,15 +101,7 @@ class Published:
 def publish(batch: RolloutBatch, *, announced_by: str | None = None, now: float = T0) -> Published:
     """What ``announced_by`` (the batch's own peer by default) would announce for ``batch`` alone."""
     data = encode(batch)
-    descriptor = BatchDescriptor(
-        seq=batch.seq,
-        groups=len(batch.groups),
-        tokens=batch.num_completion_tokens,
-        bytes=len(data),
-        sha256=hashlib.sha256(data).digest(),
-        policy_version=batch.policy.policy_version,
-        created_at=batch.created_at,
-    )
+    descriptor = describe(batch, data)
     announcement = Announcement(
         run_id=batch.run_id,
         peer_id=announced_by or batch.peer_id,

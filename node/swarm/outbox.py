@@ -29,15 +29,7 @@ class Outbox:
             raise ValueError(f"batch of peer {batch.peer_id!r}, run {batch.run_id!r}: this node is "
                              f"{self._peer_id!r} in run {self._run_id!r}")
         data = encode(batch)
-        descriptor = BatchDescriptor(
-            seq=batch.seq,
-            groups=len(batch.groups),
-            tokens=batch.num_completion_tokens,
-            bytes=len(data),
-            sha256=hashlib.sha256(data).digest(),
-            policy_version=batch.policy.policy_version,
-            created_at=batch.created_at,
-        )
+        descriptor = describe(batch, data)
         with self._lock:
             if batch.seq in self._payloads or (self._payloads and batch.seq < next(reversed(self._payloads))):
                 raise ValueError(f"sequence number {batch.seq} is not above the last one published")
@@ -79,3 +71,16 @@ class Outbox:
         """(batches, bytes) published so far."""
         with self._lock:
             return self._published_batches, self._published_bytes
+
+
+def describe(batch: RolloutBatch, data: bytes) -> BatchDescriptor:
+    """What an announcement says about ``batch``, whose encoded form is ``data``."""
+    return BatchDescriptor(
+        seq=batch.seq,
+        groups=len(batch.groups),
+        tokens=batch.num_completion_tokens,
+        bytes=len(data),
+        sha256=hashlib.sha256(data).digest(),
+        policy_version=batch.policy.policy_version,
+        created_at=batch.created_at,
+    )

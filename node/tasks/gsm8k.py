@@ -14,8 +14,7 @@ from pathlib import Path
 
 from ftis.node.tasks.base import Problem, TaskDataError
 from ftis.node.tasks.numeric import tagged_number_reward
-from ftis.node.tasks.sources import HubDataset, SplitTable
-from ftis.node.tasks.tags import tag_prompt, tagged_answer
+from ftis.node.tasks.sources import HubDataset, SplitTable, TaggedTableTask
 
 GSM8K_HUB = HubDataset(path="openai/gsm8k", config="main", splits=("train", "test"))
 ANSWER_HINT = "a single number, without units"
@@ -32,29 +31,14 @@ def gold_number(solution: str) -> str:
     return gold
 
 
-class GSM8KTask:
+class GSM8KTask(TaggedTableTask):
     """GSM8K by hub name (splits "train" and "test") or from ``data_files`` (split name -> JSONL path)."""
 
     name = "gsm8k"
+    answer_hint = ANSWER_HINT
 
     def __init__(self, data_files: Mapping[str, str | Path] | None = None, hub: HubDataset = GSM8K_HUB):
         self._table = SplitTable(self.name, hub, data_files, ("question", "answer"), self._to_problem)
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        return self._table.splits
-
-    def problem(self, split: str, index: int) -> Problem:
-        return self._table.problem(split, index)
-
-    def size(self, split: str) -> int:
-        return len(self._table.problems(split))
-
-    def prompt(self, problem: Problem) -> str:
-        return tag_prompt(problem.question, ANSWER_HINT)
-
-    def parse_answer(self, completion_text: str) -> str | None:
-        return tagged_answer(completion_text)
 
     def reward(self, completion_text: str, gold: str) -> float:
         return tagged_number_reward(completion_text, gold)

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ftis.node.tasks.base import Problem
-from ftis.node.tasks.sources import HubDataset, SplitTable
-from ftis.node.tasks.tags import tag_prompt, tagged_answer
+from ftis.node.tasks.sources import HubDataset, SplitTable, TaggedTableTask
+from ftis.node.tasks.tags import tagged_answer
 
 MATH500_HUB = HubDataset(path="HuggingFaceH4/MATH-500", config=None, splits=("test",))
 ANSWER_HINT = "a simplified exact expression in LaTeX, without dollar signs"
@@ -65,10 +65,11 @@ def _verify(expected: tuple, given: tuple, timeout: int | None) -> bool:
     return verify(list(expected), list(given), timeout_seconds=timeout, raise_on_error=False)
 
 
-class Math500Task:
+class Math500Task(TaggedTableTask):
     """MATH-500 by hub name (split "test") or from ``data_files`` (split name -> JSONL path)."""
 
     name = "math500"
+    answer_hint = ANSWER_HINT
 
     def __init__(
         self,
@@ -78,22 +79,6 @@ class Math500Task:
     ):
         self._table = SplitTable(self.name, hub, data_files, ("problem", "answer"), self._to_problem)
         self.timeout_seconds = timeout_seconds
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        return self._table.splits
-
-    def problem(self, split: str, index: int) -> Problem:
-        return self._table.problem(split, index)
-
-    def size(self, split: str) -> int:
-        return len(self._table.problems(split))
-
-    def prompt(self, problem: Problem) -> str:
-        return tag_prompt(problem.question, ANSWER_HINT)
-
-    def parse_answer(self, completion_text: str) -> str | None:
-        return tagged_answer(completion_text)
 
     def reward(self, completion_text: str, gold: str) -> float:
         answer = tagged_answer(completion_text)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ftis.node.tasks.base import Problem, TaskDataError, UnknownSplitError, check_index
+from ftis.node.tasks.tags import tag_prompt, tagged_answer
 
 
 @dataclass(frozen=True)
@@ -103,3 +104,28 @@ class SplitTable:
                 raise TaskDataError(f"{origin} row {index}: {error}") from error
         return tuple(problems)
 
+
+
+class TaggedTableTask:
+    """What GSM8K and MATH-500 share: problems from a ``SplitTable`` and the tag-format prompt and
+    answer. A subclass sets ``name``, ``answer_hint``, builds ``self._table`` and scores answers."""
+
+    name: str
+    answer_hint: str
+    _table: SplitTable
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return self._table.splits
+
+    def problem(self, split: str, index: int) -> Problem:
+        return self._table.problem(split, index)
+
+    def size(self, split: str) -> int:
+        return len(self._table.problems(split))
+
+    def prompt(self, problem: Problem) -> str:
+        return tag_prompt(problem.question, self.answer_hint)
+
+    def parse_answer(self, completion_text: str) -> str | None:
+        return tagged_answer(completion_text)
