@@ -47,11 +47,16 @@ def stray_processes() -> list[psutil.Process]:
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue  # exited already; its parent collects it
-            if process.name() == "p2pd" or process.exe() == python:
+            if process.name() == "p2pd" or (process.exe() == python and not _is_resource_tracker(process)):
                 strays.append(process)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return strays
+
+
+def _is_resource_tracker(process: psutil.Process) -> bool:
+    """multiprocessing's helper: serves this process until it exits, and is relaunched if killed."""
+    return any("resource_tracker" in part or "forkserver" in part for part in process.cmdline())
 
 
 def reap(processes: list[psutil.Process], timeout: float = 5.0) -> list[str]:

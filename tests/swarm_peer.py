@@ -29,7 +29,7 @@ def main() -> None:
     from ftis.node.swarm.hivemind_transport import HivemindTransport
 
     config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                         poll_interval_s=0.2, announce_interval_s=1.0, announcement_ttl_s=5.0,
+                         poll_interval_s=0.2, announce_interval_s=1.0, announcement_ttl_s=30.0,
                          fetch_timeout_s=3.0, per_peer_quota=64, max_buffered_batches=256)
     exit_on_sigterm()
     transport = HivemindTransport(config, TOKENIZER)

@@ -52,7 +52,7 @@ class Bootstrap:
             self._new.put(line)
 
     def maddr(self) -> str:
-        """The first full multiaddr it prints (``.../p2p/<peer id>``)."""
+        """The first full multiaddr it prints for nodes to join with (``--peer .../p2p/<peer id>``)."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -61,7 +61,7 @@ class Bootstrap:
                 if self.process.poll() is not None:
                     break
                 continue
-            if "/p2p/" in line:
+            if "--peer" in line and "/p2p/" in line:  # its own output, not a library's log line
                 return line.split()[-1]
         self.process.kill()
         pytest.fail(f"no multiaddr within {START_TIMEOUT_S:.0f} s:\n{''.join(self.lines)}")

@@ -107,7 +107,7 @@ def hivemind_swarm() -> Iterator[SwarmHarness]:
     from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
 
     settings = dict(run_id=RUN_ID, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2,
-                    announce_interval_s=1.0, announcement_ttl_s=5.0, max_age_s=HIVEMIND_MAX_AGE_S,
+                    announce_interval_s=1.0, announcement_ttl_s=30.0, max_age_s=HIVEMIND_MAX_AGE_S,
                     fetch_timeout_s=5.0, per_peer_quota=LIMITS.per_peer_quota,
                     max_buffered_batches=LIMITS.max_batches, max_buffered_bytes=LIMITS.max_bytes)
     scratch = Path(tempfile.mkdtemp(prefix="ftis-contract-"))
@@ -122,7 +122,7 @@ def hivemind_swarm() -> Iterator[SwarmHarness]:
             return transports[-1]
 
         yield SwarmHarness(join=join, now=get_dht_time, advance=time.sleep, max_age_s=HIVEMIND_MAX_AGE_S,
-                           poll_interval_s=0.05, timeout_s=30.0, quiet_s=0.6)
+                           poll_interval_s=0.05, timeout_s=60.0, quiet_s=0.6)
     finally:
         for t in transports:
             t.close()
