@@ -33,7 +33,7 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm.directory import Directory
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
-from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.records import all_shard_keys, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
@@ -130,16 +130,10 @@ class HivemindTransport:
         return self._inbox.drain(max_batches)
 
     def members(self) -> list[Member]:
-        members = dict(self._members)
-        own = self._outbox.announcement()
-        if own is not None:
-            members[self._peer_id] = member_of(own)
-        return sorted(members.values(), key=lambda m: m.peer_id)
+        return members_with_own(self._members, self._outbox, self._peer_id)
 
     def stats(self) -> TransportStats:
-        stats = self._inbox.stats()
-        stats.published_batches, stats.published_bytes = self._outbox.published
-        return stats
+        return transport_stats(self._inbox, self._outbox)
 
     def close(self) -> None:
         if self._closed:

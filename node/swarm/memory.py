@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected, open_payload
-from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import DecodeError, RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
@@ -103,16 +103,10 @@ class MemoryTransport:
         self._inbox.deliver(peer_id, descriptor, batch, len(data))
 
     def members(self) -> list[Member]:
-        own = self._outbox.announcement()
-        members = dict(self._members)
-        if own is not None:
-            members[self._peer_id] = member_of(own)
-        return sorted(members.values(), key=lambda m: m.peer_id)
+        return members_with_own(self._members, self._outbox, self._peer_id)
 
     def stats(self) -> TransportStats:
-        stats = self._inbox.stats()
-        stats.published_batches, stats.published_bytes = self._outbox.published
-        return stats
+        return transport_stats(self._inbox, self._outbox)
 
     def close(self) -> None:
         if not self._closed:
