@@ -161,7 +161,9 @@ def join_command(
     identity: Annotated[Path | None, typer.Option("--identity", help="Key file: a stable peer id.")] = None,
     host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help="Listen here.")] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Stop after this many rounds.")] = None,
-    metrics_dir: Annotated[Path, typer.Option("--metrics-dir", help="Where metrics.jsonl goes.")] = Path("runs/node"),
+    out: Annotated[
+        Path, typer.Option("--out", help="The node's folder: metrics, TensorBoard events, checkpoints, export.")
+    ] = Path("runs/node"),
 ) -> None:
     """Join a swarm and train: generate, publish, collect peers' groups, take F-TIS steps. Ctrl-C stops."""
     from ftis.node.config import ConfigError, NodeConfig, load_config
@@ -187,7 +189,7 @@ def join_command(
 
     try:
         node = build_node(config)
-        run_node(node, rounds, metrics_dir, lambda line: typer.echo(line))
+        run_node(node, rounds, out, lambda line: typer.echo(line))
     except SwarmError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

@@ -101,7 +101,7 @@ def test_join_builds_a_node_from_config_and_writes_metrics(tmp_path, torch_threa
     hub = MemoryHub()
     node = build_node(config, lambda fingerprint: MemoryTransport(hub, "ftis-demo", "solo", fingerprint, LIMITS))
     lines: list[str] = []
-    run_node(node, rounds=2, metrics_dir=tmp_path, echo=lines.append)
+    run_node(node, rounds=2, out=tmp_path, echo=lines.append)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [0, 1]
     assert records[0]["own_groups"] == 2 and records[0]["peer_reward"] is None  # no peer: null, not NaN

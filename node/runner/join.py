@@ -42,9 +42,10 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     return Node(config, policy, task, generator, transport)
 
 
-def run_node(node: Node, rounds: int | None, metrics_dir: Path, echo: Callable[[str], None]) -> None:
-    """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing metrics; always closes the transport."""
-    log = MetricsLog(metrics_dir)
+def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], None]) -> None:
+    """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing into the node's folder ``out``;
+    always closes the transport."""
+    log = MetricsLog(out)
     echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
          f"{node.config.swarm.run_id!r}; metrics in {log.path}")
     try:
