@@ -118,6 +118,9 @@ class ModelConfig(_Section):
     device: str = Field("cpu", description="torch device, e.g. cpu or cuda.")
     seed: int = Field(0, description="Seeds tiny models' weights, LoRA's init, sampling and problem order.")
     revision: str | None = Field(None, description="Hub revision of the weights.")
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto", description="Wrap prompts in the tokenizer's chat template: auto (when it has one), on, off."
+    )
 
 
 class TaskConfig(_Section):
@@ -152,6 +155,19 @@ class MixConfig(_Section):
     """Which received groups a step trains on, beside the node's own."""
 
     max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
+
+
+class LoopConfig(_Section):
+    """How rounds follow each other (DESIGN §1)."""
+
+    mode: Literal["async", "rounds"] = Field(
+        "async",
+        description='"async": train on whatever peers\' groups have arrived, never wait (default); "rounds": '
+        "wait up to round_deadline_s for each live peer's batch of the current round.",
+    )
+    round_deadline_s: float = Field(
+        30.0, gt=0, description="rounds mode: the longest a round waits for its peers' batches."
+    )
 
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -206,6 +222,7 @@ class NodeConfig(_Section):
     task: TaskConfig = Field(default_factory=TaskConfig, description="The task and its rewards.")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling.")
     mix: MixConfig = Field(default_factory=MixConfig, description="Peers' groups per step.")
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Waiting for peers, or not.")
 
 
 def load_config(path: str | Path) -> NodeConfig:

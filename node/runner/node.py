@@ -1,8 +1,11 @@
 """One node's round: generate its groups, publish them, collect its peers', score everything with its
 own task, and take one F-TIS step on its own groups plus a fair mix of its peers' (DESIGN §1).
 
-A round never waits for peers: it trains on whatever has arrived (the default mode). The model is
-trained in place, so the next round generates with the weights this round produced, and the
+In the default ``async`` mode a round never waits for peers: it trains on whatever has arrived. In
+``rounds`` mode it waits, up to ``loop.round_deadline_s``, until every live peer (announced within
+its TTL, same tokenizer) has delivered a batch of this round or a later one; a node that finds its
+peers ahead (it joined late, or restarted) jumps to their round, so the swarm falls into step. The
+model is trained in place, so the next round generates with the weights this round produced, and the
 generator's policy version says so.
 """
 
@@ -13,8 +16,9 @@ import numpy as np
 
 from ftis.node.config import NodeConfig
 from ftis.node.models import Policy
+from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.scoring import score_batch
-from ftis.node.swarm.transport import Transport, TransportStats
+from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
 from ftis.node.tasks import Problem, Task
 from ftis.node.trainer.mix import Candidate, select_peer_groups
 from ftis.node.trainer.trainer import StepMetrics, Trainer
@@ -40,6 +44,8 @@ class RoundReport:
     unusable_groups: int
     generation_tokens: int
     generation_seconds: float
+    waited_seconds: float  # rounds mode: time spent waiting for peers' batches (0 in async mode)
+    late_peers: int  # rounds mode: live peers whose batch of the round had not arrived by the deadline
     step: StepMetrics
     transport: TransportStats = field(repr=False)
 
@@ -56,13 +62,15 @@ class Node:
         generation = config.generation
         self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
                                          generation.max_new_tokens)
+        self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
+        self._latest_seq: dict[str, int] = {}  # rounds mode: each peer's newest batch delivered so far
 
     def run_round(self) -> RoundReport:
         own = self._generate()
         self.transport.publish(own.batch)
         scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
                                  off_policy=self.config.loss.filter_local)
-        received = self.transport.receive()
+        received, waited, late = self._collect()
         candidates, peer_rewards, unusable = [], [], 0
         for item in received:
             scored = score_batch(item.batch, self.task, self.policy.tokenizer,
@@ -87,11 +95,44 @@ class Node:
             unusable_groups=unusable,
             generation_tokens=own.tokens,
             generation_seconds=own.seconds,
+            waited_seconds=waited,
+            late_peers=late,
             step=step,
             transport=self.transport.stats(),
         )
         self.round += 1
+        if self.config.loop.mode == "rounds":  # fall into step with peers that are ahead
+            self.round = max([self.round, *(item.batch.seq for item in received)])
         return report
+
+    def _collect(self) -> tuple[list[ReceivedBatch], float, int]:
+        """Peers' batches for this round's step, the seconds spent waiting, and the live peers still
+        missing at the deadline (rounds mode; async mode takes what has arrived and never waits)."""
+        received = self.transport.receive()
+        if self.config.loop.mode == "async":
+            return received, 0.0, 0
+        started = time.monotonic()
+        deadline = started + self.config.loop.round_deadline_s
+        self._note_seqs(received)
+        while (missing := self._missing_peers()) and time.monotonic() < deadline:
+            time.sleep(_ROUNDS_POLL_S)
+            arrived = self.transport.receive()
+            self._note_seqs(arrived)
+            received += arrived
+        return received, time.monotonic() - started, len(missing)
+
+    def _note_seqs(self, received: list[ReceivedBatch]) -> None:
+        for item in received:
+            self._latest_seq[item.peer_id] = max(item.batch.seq, self._latest_seq.get(item.peer_id, -1))
+
+    def _missing_peers(self) -> set[str]:
+        """Live peers that have not yet delivered a batch of this round or a later one (a batch that
+        arrived early, during an earlier round's wait, counts)."""
+        live_since = time.time() - self.config.swarm.announcement_ttl_s
+        live = {member.peer_id for member in self.transport.members()
+                if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
+                and member.last_seen >= live_since}
+        return {peer for peer in live if self._latest_seq.get(peer, -1) < self.round}
 
     def _problems(self) -> list[Problem]:
         split, count = self.config.task.split, self.config.generation.prompts_per_round
@@ -106,8 +147,7 @@ class Node:
         started = time.perf_counter()
         problems = self._problems()
         tokenizer = self.policy.tokenizer
-        prompts = [np.array(tokenizer(self.task.prompt(p), add_special_tokens=False)["input_ids"], np.int64)
-                   for p in problems]
+        prompts = [prompt_ids(tokenizer, self.task.prompt(p), chat=self.chat) for p in problems]
         completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling,
                                               seed=int(self._rng.integers(2**31)))
         groups = []
@@ -133,6 +173,9 @@ class Node:
         )
         tokens = sum(c.num_tokens for generated in completions for c in generated)
         return _Own(batch, tokens, time.perf_counter() - started)
+
+
+_ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while waiting (no network call)
 
 
 @dataclass(frozen=True)
