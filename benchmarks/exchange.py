@@ -16,7 +16,7 @@ random log-probs on the wire's grid, so zstd barely shrinks them (about 4.2 B pe
     ``received_at`` with the same clock, on the same machine). One warm-up round is not counted.
     Latency ≈ announcement store + wait for the receiver's next poll (uniform over a period: mean =
     poll/2) + the poll's DHT gets + the payload fetch. Each part is then timed on its own (the
-    publisher re-storing its announcement, the receiver's gets of all shard keys, a fetch of the
+    publisher re-storing its announcement, the receiver's read of all shard keys, a fetch of the
     same small batch: medians of 10) to show which dominates.
 (b) Throughput. A second pair whose poll interval is an hour (their pollers read once at start and
     never fetch on their own). For payloads of ≈1 KB, 100 KB, 1 MB and 10 MB (the encoded size), the
@@ -83,9 +83,9 @@ def run_on(transport, coroutine, timeout: float = 60.0):
 
 def measure_latency(config, rounds: int, get_dht_time) -> LatencyResult:
     from benchmarks.swarm_common import synthetic_batch
+    from ftis.node.swarm.directory import read_shards
     from ftis.node.swarm.hivemind_transport import HivemindTransport
     from ftis.node.swarm.inbox import open_payload
-    from ftis.node.swarm.records import all_shard_keys
     from ftis.protocol.announcement import encode_announcement
 
     publisher = HivemindTransport(config, "bench-tokenizer")
@@ -122,8 +122,7 @@ def measure_latency(config, rounds: int, get_dht_time) -> LatencyResult:
 
         async def get_once() -> float:
             started = time.perf_counter()
-            await asyncio.gather(*(receiver._dht.get(key, latest=True, return_future=True)
-                                   for key in all_shard_keys(config.run_id, config.shards)))
+            await read_shards(receiver._dht, config.run_id, config.shards)  # what a poll reads
             return time.perf_counter() - started
 
         async def fetch_once() -> float:

@@ -21,27 +21,30 @@ random tokens (~3 KB encoded).
    worker calls ``receive()`` on its transports every 5 ms. "all have all" is the time from that
    instant until every peer has every other peer's batch (N·(N−1) deliveries); the delivery latencies
    are ``received_at − created_at``. A fetch that fails (e.g. past its 10 s deadline on a saturated
-   machine) is never retried by the transport: that batch is then "missing", and "all have all" is
-   the time by which every other batch had arrived, marked "(not all)".
+   machine) is retried by the transport (``fetch_retries``, 2 by default) while the batch is fresh;
+   one that still fails is "missing", and "all have all" is the time by which every other batch had
+   arrived, marked "(not all)".
 3. Memory, after the exchange: per peer, its DHT child + its ``p2pd`` + its share (1/k) of the host
    worker process holding k transports. RSS counts pages shared with the host (the DHT child is a
    fork of it) once per process; PSS divides shared pages among their sharers, so it is what a peer
    really costs (psutil's ``memory_full_info``).
 4. Sustained: for ``--duration`` seconds (default two publish periods) every peer publishes a new
    batch every ``--publish-period`` seconds (default max(10, N/2) s), staggered, then receiving goes
-   on for a grace period (2 polls + 5 s). Each transport's ``DHT.store`` and ``DHT.get`` are wrapped
-   (instance attributes, in the worker) to count and time the announcement stores (publish-triggered
-   and the 5 s renewals) and the poll's gets (one per shard key per poll). Reported: swarm-wide
-   stores/s and gets/s achieved with their p50 latency, deliveries/s and the fraction of expected
-   deliveries that arrived, delivery latency p50/p95, and the CPU our processes used (cores busy,
-   split into hosts, DHT children and p2pds) beside the whole machine's.
+   on for a grace period (2 polls + 5 s). Each transport's ``DHT.store`` and ``DHT.run_coroutine`` are
+   wrapped (instance attributes, in the worker) to count and time the announcement stores
+   (publish-triggered and the 5 s renewals) and the poll's reads (one per poll: all shard keys in one
+   traversal). Reported: swarm-wide stores/s and reads/s achieved with their p50 latency,
+   deliveries/s and the fraction of expected deliveries that arrived, delivery latency p50/p95, and
+   the CPU our processes used (cores busy, split into hosts, DHT children and p2pds) beside the whole
+   machine's.
 
-The poll interval is generous for large N: default max(1, N/4) s (2, 4, 8, 16 s for 8…64 peers).
-Every poll gets each of the 8 shard keys, and a ``latest=True`` get walks the DHT to up to
-``bucket_size`` (20) nodes, so swarm-wide DHT requests grow as N · shards · min(N, 20) / poll; on this
-2-core machine their CPU is the limit (see the CPU columns), so the poll grows with N to keep that
-load roughly constant. At the end every worker, DHT child and ``p2pd`` this run started is checked
-with psutil and, if any outlived shutdown, killed by pid (other sessions' ``p2pd`` are never touched).
+The poll interval is generous for large N: default max(2, N/2) s (4, 8, 16, 32 s for 8…64 peers).
+Every poll reads all shard keys (4 by default) in one traversal that walks the DHT to up to
+``bucket_size`` (20) nodes and asks each for ⌊√shards⌋ keys per request, so swarm-wide DHT requests
+grow as N · ⌈shards / ⌊√shards⌋⌉ · min(N, 20) / poll; on this 2-core machine their CPU is the limit
+(see the CPU columns), so the poll grows with N to keep that load roughly constant. At the end every
+worker, DHT child and ``p2pd`` this run started is checked with psutil and, if any outlived
+shutdown, killed by pid (other sessions' ``p2pd`` are never touched).
 """
 
 import argparse
@@ -73,12 +76,13 @@ class Calls:
     """Completed DHT calls of one transport: (monotonic end time, duration s, ok)."""
 
     store: list[tuple[float, float, bool]] = field(default_factory=list)
-    get: list[tuple[float, float, bool]] = field(default_factory=list)
+    read: list[tuple[float, float, bool]] = field(default_factory=list)  # ok: it returned (values or None)
 
 
 def instrument(transport, calls: Calls) -> None:
-    """Count and time the transport's DHT stores and gets (its announcer and poller call them with
-    ``return_future=True`` and await the result on the transport's loop)."""
+    """Count and time the transport's DHT stores and shard reads (its announcer and poller call
+    ``store`` and ``run_coroutine`` with ``return_future=True`` and await the result on the transport's
+    loop; other ``run_coroutine`` calls, such as the peer id's, wait for it and are not counted)."""
     dht = transport._dht
 
     def wrap(method, log: list):
@@ -94,7 +98,7 @@ def instrument(transport, calls: Calls) -> None:
                 except BaseException:
                     log.append((time.monotonic(), time.monotonic() - started, False))
                     raise
-                log.append((time.monotonic(), time.monotonic() - started, bool(result)))
+                log.append((time.monotonic(), time.monotonic() - started, result is not False))
                 return result
 
             return timed()
@@ -102,7 +106,7 @@ def instrument(transport, calls: Calls) -> None:
         return call
 
     dht.store = wrap(dht.store, calls.store)
-    dht.get = wrap(dht.get, calls.get)
+    dht.run_coroutine = wrap(dht.run_coroutine, calls.read)
 
 
 def sleep_until_dht_time(moment: float) -> None:
@@ -172,7 +176,7 @@ def _serve(conn, config, count: int, transports: list, calls: list) -> None:
                 publish(i, get_dht_time())
             have, failed, deliveries = [0] * count, [0] * count, []
             deadline = time.monotonic() + CONVERGE_TIMEOUT_S
-            # until each has every batch, or has given up on the rest (a failed fetch is never retried)
+            # until each has every batch, or has given up on the rest (after the transport's retries)
             while any(h + f < expected for h, f in zip(have, failed, strict=True)) and time.monotonic() < deadline:
                 for i, transport in enumerate(transports):
                     for received in transport.receive():
@@ -187,7 +191,7 @@ def _serve(conn, config, count: int, transports: list, calls: list) -> None:
             sleep_until_dht_time(start)
             for log in calls:  # count only this phase's calls
                 log.store.clear()
-                log.get.clear()
+                log.read.clear()
             window_start = time.monotonic()
             due = [start + offset for offset in offsets]
             published, latencies = 0, []
@@ -204,12 +208,12 @@ def _serve(conn, config, count: int, transports: list, calls: list) -> None:
                 time.sleep(RECEIVE_EVERY_S)
             window = time.monotonic() - window_start
             stores = [c for log in calls for c in log.store]
-            gets = [c for log in calls for c in log.get]
+            reads = [c for log in calls for c in log.read]
             rejections: dict[str, int] = {}
             for transport in transports:
                 for (_, reason), n in transport.stats().rejections.items():
                     rejections[reason] = rejections.get(reason, 0) + n
-            conn.send(("sustained", window, published, latencies, stores, gets, rejections))
+            conn.send(("sustained", window, published, latencies, stores, reads, rejections))
 
 
 # ---------------------------------------------------------------- the coordinator's side
@@ -235,7 +239,7 @@ class ScaleResult:
     window_s: float = math.nan
     published: int = 0
     stores: list[tuple[float, float, bool]] = field(default_factory=list)
-    gets: list[tuple[float, float, bool]] = field(default_factory=list)
+    reads: list[tuple[float, float, bool]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     cpu_cores: dict[str, float] = field(default_factory=dict)  # process kind -> cores busy
     machine_cpu: float = math.nan
@@ -362,7 +366,7 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
         wall_before = time.monotonic()
         psutil.cpu_percent()
         for worker in workers:
-            window, published, latencies, stores, gets, rejections = worker.expect("sustained",
+            window, published, latencies, stores, reads, rejections = worker.expect("sustained",
                                                                                     duration + grace + 60)
             for reason, n in rejections.items():
                 result.rejections[reason] = result.rejections.get(reason, 0) + n
@@ -370,7 +374,7 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
             result.published += published
             result.latencies += latencies
             result.stores += stores
-            result.gets += gets
+            result.reads += reads
         wall = time.monotonic() - wall_before
         result.cpu_cores = {name: (cpu_seconds(procs) - cpu_before[name]) / wall for name, procs in groups.items()}
         result.machine_cpu = psutil.cpu_percent() / 100 * (os.cpu_count() or 1)
@@ -420,7 +424,7 @@ def print_results(results: list[ScaleResult]) -> None:
     print_table(rows)
 
     print("\nsustained exchange (each peer publishes every period; stores include the 5 s renewals)")
-    rows = [("peers", "period", "window", "stores/s", "store p50", "failed", "gets/s", "get p50",
+    rows = [("peers", "period", "window", "stores/s", "store p50", "failed", "reads/s", "read p50",
              "deliveries/s", "delivered", "latency p50", "p95", "CPU ours", "= hosts", "+ DHTs", "+ p2pds",
              "CPU machine", "load 1m")]
     for r in results:
@@ -428,7 +432,7 @@ def print_results(results: list[ScaleResult]) -> None:
         rows.append((
             str(r.peers), f"{r.period_s:g} s", f"{r.window_s:.0f} s", f"{len(r.stores) / r.window_s:.1f}",
             ms(percentile([d for _, d, _ in r.stores], 50)), str(sum(1 for *_, ok in r.stores if not ok)),
-            f"{len(r.gets) / r.window_s:.0f}", ms(percentile([d for _, d, _ in r.gets], 50)),
+            f"{len(r.reads) / r.window_s:.1f}", ms(percentile([d for _, d, _ in r.reads], 50)),
             f"{len(r.latencies) / r.window_s:.0f}", f"{len(r.latencies) / expected:.1%}" if expected else "-",
             ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 95)), f"{sum(r.cpu_cores.values()):.2f} cores",
             *(f"{r.cpu_cores[name]:.2f}" for name in ("host", "DHT", "p2pd")),
@@ -455,7 +459,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=0.0, help="sustained phase, s (default max(20 s, "
                         "one period); 10 with --quick)")
     parser.add_argument("--shards", type=int, default=SwarmConfig.model_fields["shards"].default,
-                        help="announcement shard keys (default: SwarmConfig's, 8); a poll gets each")
+                        help="announcement shard keys (default: SwarmConfig's, 4); a poll reads all")
     args = parser.parse_args()
     args.shards = SwarmConfig(shards=args.shards).shards  # validated
     sizes = [int(size) for size in args.peers.split(",") if size.strip()]

@@ -79,7 +79,7 @@ def _swarm_config(**settings: object) -> "SwarmConfig":
 
 
 RunId = Annotated[str | None, typer.Option("--run-id", help="The run to serve or read (default: ftis-demo).")]
-Shards = Annotated[int | None, typer.Option("--shards", help="DHT keys the run's announcements use (default 8).")]
+Shards = Annotated[int | None, typer.Option("--shards", help="DHT keys the run's announcements use (default 4).")]
 
 
 @app.command("bootstrap")
@@ -164,6 +164,12 @@ def join_command(
     out: Annotated[
         Path, typer.Option("--out", help="The node's folder: metrics, TensorBoard events, checkpoints, export.")
     ] = Path("runs/node"),
+    display: Annotated[
+        str | None, typer.Option("--display", help="auto (a live table on a terminal), table or lines.")
+    ] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue from the latest checkpoint in --out (its settings, unless --config is given).")
+    ] = False,
 ) -> None:
     """Join a swarm and train: generate, publish, collect peers' groups, take F-TIS steps. Ctrl-C stops."""
     from ftis.node.config import ConfigError, NodeConfig, load_config
@@ -175,26 +181,117 @@ def join_command(
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
+    if resume and config_file is None:
+        base = _checkpoint_config(out)
     overrides = {
         "model": {"name": model, "adapter": adapter},
         "task": {"name": task},
         "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs},
+        "metrics": {"display": display},
     }
     data = base.model_dump()
     for section, values in overrides.items():
         data[section].update({key: value for key, value in values.items() if value is not None})
     config = _validated(NodeConfig, data)
     exit_on_sigterm()
+    from ftis.node.models import ModelLoadError
+    from ftis.node.runner.checkpoint import CheckpointError
+    from ftis.node.runner.evaluation import EvalError
     from ftis.node.runner.join import build_node, run_node
+    from ftis.node.runner.prompts import ChatTemplateError
+    from ftis.node.tasks import TaskError
+    from ftis.node.warmup.cache import WarmupCacheError
 
     try:
-        node = build_node(config)
-        run_node(node, rounds, out, lambda line: typer.echo(line))
-    except SwarmError as error:
+        node = build_node(config, echo=lambda line: typer.echo(line))
+        run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
+    except (SwarmError, CheckpointError, TaskError, EvalError, WarmupCacheError, ModelLoadError,
+            ChatTemplateError) as error:  # TaskError: no such split; ModelLoadError: no such model
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     except (KeyboardInterrupt, Terminated):
         typer.echo("stopped: the DHT and p2pd are shut down")
+
+
+def _checkpoint_config(out: Path) -> Any:
+    """The config the newest checkpoint in the node folder ``out`` recorded (defaults when there is none)."""
+    from ftis.node.config import NodeConfig
+    from ftis.node.runner.checkpoint import latest_config
+    from ftis.node.runner.keeper import CHECKPOINTS
+
+    saved = latest_config(out / CHECKPOINTS)
+    return NodeConfig() if saved is None else _validated(NodeConfig, saved)
+
+
+@app.command("eval")
+def eval_command(
+    model: Annotated[str, typer.Option("--model", help="Tiny name, hub id, model folder, or a node's export folder.")],
+    task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
+    split: Annotated[str | None, typer.Option("--split", help='The split (default "test", held out).')] = None,
+    data: Annotated[Path | None, typer.Option("--data", help="JSONL file of the split (GSM8K, MATH-500).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N problems (default: all).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Default 256.")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help="Default 64.")] = None,
+    adapter: Annotated[str | None, typer.Option("--adapter", help="LoRA: lora (as is) or full (merged).")] = None,
+    chat_template: Annotated[str | None, typer.Option("--chat-template", help="auto, on or off.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, ... (default cpu).")] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = None,
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="A node's config: its task, model and eval settings.")
+    ] = None,
+    records: Annotated[Path | None, typer.Option("--records", help="Write one JSON line per problem here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+) -> None:
+    """Evaluate a model greedily on a task's held-out split and print its accuracy."""
+    from ftis.node.runner.eval_command import EvalCommandError, EvalRequest, run_eval
+
+    request = EvalRequest(model=model, task=task, split=split, data=data, limit=limit, max_new_tokens=max_new_tokens,
+                          batch_size=batch_size, adapter=adapter, chat_template=chat_template, device=device,
+                          dtype=dtype, config=config_file, records=records, as_json=as_json)
+    try:
+        run_eval(request, lambda line: typer.echo(line), lambda line: typer.echo(line, err=True))
+    except EvalCommandError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(error.exit_code) from None
+
+
+@app.command("demo")
+def demo_command(
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="The demo's settings (default: the packaged config.toml).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="A new folder for everything (default runs/demo/<time>).")
+                   ] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per node (overrides the config).")
+                      ] = None,
+    solo: Annotated[bool | None, typer.Option(
+        "--solo/--no-solo", help="Also run each node alone, on-policy, for as many rounds, and compare.")] = None,
+    display: Annotated[str, typer.Option("--display", help="auto (a live table on a terminal), table or lines.")
+                       ] = "auto",
+) -> None:
+    """A heterogeneous swarm on this machine: warm-up, a bootstrap and three nodes, live table, summary, plot."""
+    if display not in ("auto", "table", "lines"):
+        typer.echo(f"error: --display: expected auto, table or lines, got {display!r}", err=True)
+        raise typer.Exit(2)
+    from ftis.node.config import ConfigError
+    from ftis.node.demo.launch import DemoError
+    from ftis.node.demo.run import DemoRequest, run_demo
+    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.warmup.cache import WarmupCacheError
+
+    exit_on_sigterm()
+    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display)
+    try:
+        run_demo(request, lambda line: typer.echo(line))
+    except ConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except (DemoError, WarmupCacheError) as error:
+        typer.echo(f"error: {error}", err=True)
+        typer.echo("stopped: every process the demo started has ended", err=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, Terminated):
+        typer.echo("stopped: every process the demo started has ended")
 
 
 def _validated(model_class: type, data: dict) -> Any:
@@ -211,3 +308,7 @@ def _validated(model_class: type, data: dict) -> Any:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":  # python -m ftis.node.cli, where the entry point is not installed
+    main()

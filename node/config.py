@@ -104,6 +104,24 @@ class TrainerConfig(_Section):
         return self.learning_rate if self.learning_rate is not None else (1e-4 if adapter == "lora" else 1e-6)
 
 
+class WarmupConfig(_Section):
+    """A supervised warm start of a built-in tiny model on arithmetic before training (``node/warmup/``), so its
+    rewards start neither all 0 nor all 1. The warmed weights are cached on disk, keyed by the model's name and
+    seed and every setting here but ``cache_dir``; a LoRA node warms its base model, then adds the adapter."""
+
+    steps: int = Field(0, ge=0, description="Supervised optimizer steps; 0 = no warm start (the default).")
+    learning_rate: float = Field(2e-3, gt=0, description="Peak AdamW learning rate; it decays to 0 along a cosine.")
+    batch_size: int = Field(64, ge=1, description="Problems per step.")
+    arithmetic: dict[str, object] = Field(
+        default_factory=dict, description="The warm-up's data mix: arithmetic settings that replace [task].arithmetic "
+        'ones for the warm-up only, e.g. {operations = "+"} for a specialist.'
+    )
+    eval_problems: int = Field(200, ge=1, description="Held-out test problems greedy accuracy is measured on.")
+    cache_dir: Path | None = Field(
+        None, description="Where warmed models are kept; unset: $FTIS_CACHE/warmup, else ~/.cache/ftis-node/warmup."
+    )
+
+
 class ModelConfig(_Section):
     """The policy this node trains (DESIGN §1): any size, full fine-tuning or LoRA."""
 
@@ -121,6 +139,7 @@ class ModelConfig(_Section):
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Wrap prompts in the tokenizer's chat template: auto (when it has one), on, off."
     )
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="Supervised warm start (tiny models).")
 
 
 class TaskConfig(_Section):
@@ -143,7 +162,9 @@ class GenerationConfig(_Section):
     """Sampling this node's own groups."""
 
     prompts_per_round: int = Field(8, ge=1, description="Prompts (groups) generated per round.")
-    group_size: int = Field(8, ge=1, le=512, description="G: completions per prompt.")
+    group_size: int = Field(
+        8, ge=1, le=512, description="G: completions per prompt (horizontal grouping: this node's share, G/k)."
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the paper: 1).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper).")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off.")
@@ -157,6 +178,24 @@ class MixConfig(_Section):
     max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
 
 
+class EvalConfig(_Section):
+    """Periodic greedy evaluation on a held-out split while training (also ``ftis-node eval --config``'s
+    defaults). Results go into ``metrics.jsonl`` as records with ``eval_accuracy``."""
+
+    every: int = Field(
+        0, ge=0, description="Evaluate at the start of a run and after every N-th round; 0 = never."
+    )
+    split: str | None = Field(
+        None, description='The split evaluated; unset: "test" (the held-out split of every built-in task).'
+    )
+    limit: int | None = Field(
+        200, ge=1, description="Problems per evaluation: the first N of the split (a fixed set of N for "
+        "arithmetic); unset: the whole split (500 for arithmetic)."
+    )
+    max_new_tokens: int | None = Field(None, ge=1, description="Completion length cap; unset: generation's.")
+    batch_size: int | None = Field(None, ge=1, description="Sequences per forward pass; unset: generation's.")
+
+
 class LoopConfig(_Section):
     """How rounds follow each other (DESIGN §1)."""
 
@@ -167,6 +206,52 @@ class LoopConfig(_Section):
     )
     round_deadline_s: float = Field(
         30.0, gt=0, description="rounds mode: the longest a round waits for its peers' batches."
+    )
+    min_peers: int = Field(
+        0, ge=0, description="rounds mode: a round also waits (up to the deadline) until this many peers are live."
+    )
+    grouping: Literal["vertical", "horizontal"] = Field(
+        "vertical",
+        description='"vertical": a group is one node\'s generation.group_size completions for its own prompt '
+        '(default; the paper found it better); "horizontal": every node samples its share G/k '
+        "(generation.group_size) for each of the round's shared prompts, and the advantage is over all nodes' "
+        'completions for a prompt. Needs mode = "rounds", and one task, split and swarm_seed on every node.',
+    )
+    swarm_seed: int = Field(
+        0, ge=0, description="horizontal grouping: seeds each round's shared prompts; every node of a run must "
+        "use the same value."
+    )
+
+    @model_validator(mode="after")
+    def _horizontal_needs_rounds(self) -> "LoopConfig":
+        if self.grouping == "horizontal" and self.mode != "rounds":
+            raise ValueError('grouping = "horizontal" needs mode = "rounds": the nodes share each round\'s prompts')
+        return self
+
+
+class MetricsConfig(_Section):
+    """What a node writes and shows each step (``metrics.jsonl`` is always written in its folder)."""
+
+    display: Literal["auto", "table", "lines"] = Field(
+        "auto",
+        description='"table": a live table of the last steps; "lines": one summary line per step; "auto": the '
+        "table when standard output is a terminal, lines otherwise (logs, pipes).",
+    )
+    table_rows: int = Field(8, ge=1, le=100, description="Steps the live table shows.")
+    tensorboard: bool = Field(True, description="Also write TensorBoard event files in the node folder's tensorboard/.")
+
+
+class CheckpointConfig(_Section):
+    """Checkpoints in the node folder's ``checkpoints/`` (what ``--resume`` continues from) and the Hugging
+    Face export in its ``export/``. A checkpoint is also written, and the model exported, when the node stops."""
+
+    every_rounds: int = Field(
+        50, ge=0, description="Write a checkpoint after every N rounds (one optimizer step each); 0 = only when "
+        "the node stops."
+    )
+    keep_last: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted once a newer one is written.")
+    export_on_checkpoint: bool = Field(
+        True, description="Also export the model in Hugging Face format to export/ at every checkpoint."
     )
 
 
@@ -192,12 +277,21 @@ class SwarmConfig(_Section):
         None, description="Private key file: keeps the peer id and the announcement key across restarts."
     )
     client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
-    shards: int = Field(8, ge=1, le=256, description="DHT keys the run's announcements spread over (same for all).")
+    shards: int = Field(
+        4, ge=1, le=256, description="DHT keys the run's announcements spread over; every peer of a run must use the "
+        "same number. A read asks each DHT peer for ⌊√n⌋ keys in one answer of at most 4 MiB (~1,400 full "
+        "records): 4 shards hold ~2,800 peers and cost about what 2 do.",
+    )
     announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
     announcement_ttl_s: float = Field(30.0, gt=0, description="An announcement expires unless renewed in time.")
     poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
     max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
     fetch_timeout_s: float = Field(10.0, gt=0, description="Deadline of one payload fetch, connect to last byte.")
+    fetch_retries: int = Field(
+        2, ge=0, le=8, description="Further attempts after a fetch fails in transit (refused connection, stream "
+        "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s."
+    )
+    fetch_retry_backoff_s: float = Field(1.0, gt=0, description="Wait before the first retry; doubles for each next.")
     max_concurrent_fetches: int = Field(8, ge=1, description="Payload fetches in flight at once.")
     per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
     max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
@@ -222,7 +316,17 @@ class NodeConfig(_Section):
     task: TaskConfig = Field(default_factory=TaskConfig, description="The task and its rewards.")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling.")
     mix: MixConfig = Field(default_factory=MixConfig, description="Peers' groups per step.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Periodic evaluation.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Waiting for peers, or not.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics outputs.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and export.")
+
+    @model_validator(mode="after")
+    def _warmup_is_for_tiny_arithmetic(self) -> "NodeConfig":
+        if self.model.warmup.steps and not (self.model.name.startswith("tiny-") and self.task.name == "arithmetic"):
+            raise ValueError("model.warmup needs a built-in tiny model (tiny-*) and the arithmetic task; "
+                             f"got {self.model.name!r} on {self.task.name!r}")
+        return self
 
 
 def load_config(path: str | Path) -> NodeConfig:

@@ -38,7 +38,7 @@ def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: 
               **sections: dict) -> Node:
     """A node on ``hub`` training ``model`` on ``DigitTask``; ``sections`` override config sections."""
     settings = {
-        "model": {"name": model, "adapter": adapter, "seed": seed},
+        "model": {"name": model, "adapter": adapter, "seed": seed, "lora_rank": 8, "lora_alpha": 16},
         "generation": {"prompts_per_round": 3, "group_size": 6, "max_new_tokens": 6, "temperature": 1.5},
         "trainer": {"learning_rate": 1e-2},
         "loss": {"divergence_threshold": 1e9},  # random models diverge wildly; keep the advantage rule only
@@ -46,7 +46,8 @@ def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: 
     for section, values in sections.items():
         settings[section] = {**settings.get(section, {}), **values}
     config = NodeConfig.model_validate(settings)
-    policy = load_policy(model, adapter=adapter, seed=seed, lora_rank=8, lora_alpha=16)
+    m = config.model
+    policy = load_policy(m.name, adapter=m.adapter, seed=m.seed, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
     generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
                                       pad_token_id=policy.tokenizer.pad_token_id)
     transport = MemoryTransport(hub, config.swarm.run_id, peer_id, policy.fingerprint, LIMITS)

@@ -1,6 +1,7 @@
-"""Shared helpers of the swarm tests: tiny rollout batches, what a peer would announce for them, and a
-fake clock. A plain module, imported as ``from swarm_helpers import ...`` (pytest's default "prepend"
-import mode puts ``tests/`` on ``sys.path``; ``tests/`` has no ``__init__.py``).
+"""Shared helpers of the swarm tests: tiny rollout batches, what a peer would announce for them, a
+fake clock, and a real clock that a test can move on. A plain module, imported as
+``from swarm_helpers import ...`` (pytest's default "prepend" import mode puts ``tests/`` on
+``sys.path``; ``tests/`` has no ``__init__.py``).
 
 The batches are small (a few groups, a vocabulary of 64) and survive the wire exactly: their
 log-probs are multiples of ``LOGPROB_STEP``, the step the protocol quantises to, so a received batch
@@ -8,6 +9,7 @@ compares ``==`` with the published one.
 """
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +46,20 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class ShiftedClock:
+    """A real clock a test can move on: ``clock()`` is ``base() + shift``, ``clock.advance(s)`` adds to
+    the shift. A network transport ages batches by it, so a test makes them old without sleeping."""
+
+    def __init__(self, base: Callable[[], float]):
+        self.base, self.shift = base, 0.0
+
+    def __call__(self) -> float:
+        return self.base() + self.shift
+
+    def advance(self, seconds: float) -> None:
+        self.shift += seconds
 
 
 def make_batch(

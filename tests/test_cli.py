@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
@@ -94,3 +95,26 @@ def test_inspect_of_a_missing_file_says_so(tmp_path):
     result = runner.invoke(app, ["inspect", str(tmp_path / "nope.msgpack")])
     assert result.exit_code == 2
     assert "cannot read" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "/no/such/model/folder"], "/no/such/model/folder"),
+        (["--model", "tiny-small", "--task", "no-such-task"], "task"),
+    ],
+)
+def test_join_with_a_bad_model_or_task_exits_with_an_error_line(args, message, tmp_path):
+    result = runner.invoke(app, ["join", *args, "--out", str(tmp_path / "out"), "--rounds", "1"])
+    assert result.exit_code in (1, 2), result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert any(line.startswith("error: ") and message in line for line in result.stderr.splitlines()), result.stderr
+
+
+def test_join_refuses_chat_template_on_for_a_model_without_one_before_joining(tmp_path):
+    config = tmp_path / "node.toml"
+    config.write_text('[model]\nname = "tiny-small"\nchat_template = "on"\n')
+    result = runner.invoke(app, ["join", "--config", str(config), "--out", str(tmp_path / "out"), "--rounds", "1"])
+    assert result.exit_code == 1, result.output
+    assert any(line.startswith("error: ") and "chat template" in line for line in result.stderr.splitlines())

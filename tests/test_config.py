@@ -82,3 +82,25 @@ def test_divergence_threshold_schedule_is_linear_then_constant():
     assert config.divergence_threshold_at(1000) == 50.0
     assert config.params(step=50).divergence_threshold == pytest.approx(27.5)
     assert LossConfig(divergence_threshold=7.0).divergence_threshold_at(10_000) == 7.0
+
+
+def _missing_or_different(example: dict, defaults: dict, where: str = "") -> list[str]:
+    """Settings whose default is not written in ``example`` (unset optionals and empty tables may be left out)."""
+    problems = []
+    for key, value in defaults.items():
+        name = f"{where}{key}"
+        if isinstance(value, dict) and value:
+            problems += _missing_or_different(example.get(key, {}), value, name + ".")
+        elif key not in example:
+            if value not in (None, {}, []):
+                problems.append(f"{name} is not listed")
+        elif example[key] != value:
+            problems.append(f"{name} = {example[key]!r}, but the default is {value!r}")
+    return problems
+
+
+def test_the_full_example_lists_every_setting_at_its_default():
+    import tomllib
+
+    example = tomllib.loads((Path(__file__).resolve().parent.parent / "examples" / "node.toml").read_text())
+    assert _missing_or_different(example, NodeConfig().model_dump(mode="json")) == []

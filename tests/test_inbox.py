@@ -95,6 +95,17 @@ def test_a_batch_older_than_max_age_is_stale(clock):
     assert rejections(inbox) == {("alice", STALE): 1}
 
 
+def test_fresh_says_whether_a_batch_is_within_max_age_now(clock):
+    inbox = make_inbox(clock)
+    descriptor = publish(make_batch("alice", 0, created_at=T0)).descriptor
+    assert inbox.fresh(descriptor)
+    clock.advance(MAX_AGE)
+    assert inbox.fresh(descriptor)  # exactly max_age old: still fresh, as in consider
+    clock.advance(0.001)
+    assert not inbox.fresh(descriptor)
+    assert rejections(inbox) == {}  # a question, not a refusal
+
+
 def test_another_tokenizer_is_skipped_and_counted(clock):
     inbox = make_inbox(clock)
     assert not offer(inbox, "bob", 0, tokenizer="tok-b")

@@ -70,3 +70,16 @@ def test_async_mode_never_waits_for_a_missing_peer():
     node.run_round()
     report = node.run_round()  # the peer published nothing new
     assert report.waited_seconds == 0.0 and report.late_peers == 0 and report.peer_groups_received == 0
+
+
+def test_rounds_mode_waits_for_min_peers_to_appear():
+    hub = MemoryHub()
+    node = make_node(hub, "node", loop={"mode": "rounds", "round_deadline_s": DEADLINE, "min_peers": 1},
+                     generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
+    report = node.run_round()  # nobody else in the swarm: wait the whole deadline for one peer
+    assert report.waited_seconds >= DEADLINE and report.late_peers == 1
+    peer = make_node(hub, "peer", generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
+    peer.round = 1
+    peer.run_round()
+    report = node.run_round()
+    assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0 and report.peer_groups_received == 1

@@ -4,53 +4,10 @@ transport: each receives and scores the other's groups, trains on them, and its 
 import numpy as np
 import pytest
 import torch
+from node_helpers import LIMITS, make_node
 
 from ftis.node.config import NodeConfig
-from ftis.node.generation.hf import TransformersGenerator
-from ftis.node.models import load_policy
-from ftis.node.runner.node import Node
-from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.tasks import Problem
-
-LIMITS = InboxLimits(max_age_s=600, per_peer_quota=8, max_batches=64, max_bytes=10**8)
-
-
-class DigitTask:
-    """A stand-in task random tiny models can score on: reward 1 when the completion has a digit.
-    (Arithmetic itself gives random weights reward 0 everywhere, so no group would teach anything.)"""
-
-    name = "digits"
-    splits = ("train",)
-
-    def problem(self, split: str, index: int) -> Problem:
-        return Problem(self.name, split, index, f"say {index % 10}", str(index % 10))
-
-    def size(self, split: str) -> int | None:
-        return None
-
-    def prompt(self, problem: Problem) -> str:
-        return problem.question + ":"
-
-    def parse_answer(self, completion_text: str) -> str | None:
-        return next((ch for ch in completion_text if ch.isdigit()), None)
-
-    def reward(self, completion_text: str, gold: str) -> float:
-        return float(self.parse_answer(completion_text) is not None)
-
-
-def make_node(hub: MemoryHub, peer_id: str, model: str, adapter: str, seed: int) -> Node:
-    config = NodeConfig.model_validate({
-        "model": {"name": model, "adapter": adapter, "seed": seed},
-        "generation": {"prompts_per_round": 3, "group_size": 6, "max_new_tokens": 6, "temperature": 1.5},
-        "trainer": {"learning_rate": 1e-2},
-        "loss": {"divergence_threshold": 1e9},  # random models diverge wildly; keep the advantage rule only
-    })
-    policy = load_policy(model, adapter=adapter, seed=seed, lora_rank=8, lora_alpha=16)
-    generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                      pad_token_id=policy.tokenizer.pad_token_id)
-    transport = MemoryTransport(hub, config.swarm.run_id, peer_id, policy.fingerprint, LIMITS)
-    return Node(config, policy, DigitTask(), generator, transport)
 
 
 @pytest.fixture(scope="module")

@@ -7,22 +7,23 @@ The ``swarm`` fixture yields a ``SwarmHarness``: ``swarm.peers(n)`` makes n conn
 run with one tokenizer, ``swarm.join(name, tokenizer=...)`` adds one more, and ``swarm.settle(receivers,
 predicate)`` calls ``receive()`` on each receiver until what they got satisfies the predicate or a
 deadline passes. Time is the harness's too: ``swarm.now()`` and ``swarm.advance(s)`` (a fake clock for
-the memory transport; real time, i.e. sleeping, for a network one).
+the memory transport; for a network one, the real clock shifted on, so nothing sleeps).
 
 Negative checks never wait for something not to happen: a test publishes the batch that must not
 arrive, then a marker batch after it, settles until the marker arrives, and only then asserts that the
 other did not. That keeps them fast on a real network too. The marker must come from the same peer
 (one announcement lists both); for another peer's batch, settle until its rejection is counted.
 
-To add an implementation, write a context manager like ``memory_swarm`` and add one entry to
-``IMPLEMENTATIONS``. ``hivemind_swarm`` runs a real swarm on 127.0.0.1 (marker ``hivemind``; a
-bootstrap DHT peer per test, peers joining in parallel, short intervals); ``-m "not hivemind"``
-leaves it out.
+To add an implementation, write a context manager like ``memory_swarm`` (it gets the test's pytest
+request, for module fixtures) and add one entry to ``IMPLEMENTATIONS``. ``hivemind_swarm`` runs a
+real swarm on 127.0.0.1 (marker ``hivemind``; one bootstrap DHT peer for the module, a run of its
+own per test, peers joining in parallel, short intervals); ``-m "not hivemind"`` leaves it out.
 """
 
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from swarm_helpers import RUN_ID, TOKENIZER, FakeClock, make_batch
+from swarm_helpers import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
 
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
@@ -48,6 +49,7 @@ class SwarmHarness:
     """Connected transports of one implementation, and the time they live in."""
 
     join: Callable[..., Transport]  # (name, tokenizer=TOKENIZER) -> a new transport in the swarm
+    run_id: str  # the run its transports are in
     now: Callable[[], float]  # unix seconds, as the transports' clocks read it
     advance: Callable[[float], None]  # let that much time pass
     max_age_s: float  # the transports' InboxLimits.max_age_s
@@ -78,7 +80,7 @@ LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=64, max_batches=256, max_byt
 
 
 @contextmanager
-def memory_swarm() -> Iterator[SwarmHarness]:
+def memory_swarm(_request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
     hub, clock, transports = MemoryHub(), FakeClock(), []
 
     def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
@@ -86,49 +88,65 @@ def memory_swarm() -> Iterator[SwarmHarness]:
         return transports[-1]
 
     try:
-        yield SwarmHarness(join=join, now=clock, advance=clock.advance, max_age_s=LIMITS.max_age_s,
+        yield SwarmHarness(join=join, run_id=RUN_ID, now=clock, advance=clock.advance, max_age_s=LIMITS.max_age_s,
                            poll_interval_s=0.0, timeout_s=1.0, quiet_s=0.0)
     finally:
         for t in transports:
             t.close()
 
 
-# Real time: the late-joiner contract sleeps 1.2 x this, and a peer joining then must still fetch a
-# batch aged 0.6 x this before it turns stale, so 0.4 x this covers a DHT start on a loaded machine.
-HIVEMIND_MAX_AGE_S = 10.0
+HIVEMIND_MAX_AGE_S = 60.0  # time is shifted on, not waited for: long, so no slow start ages a batch
+
+
+def hivemind_settings(run_id: str) -> dict:
+    return dict(run_id=run_id, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2, announce_interval_s=1.0,
+                announcement_ttl_s=30.0, max_age_s=HIVEMIND_MAX_AGE_S, fetch_timeout_s=5.0,
+                per_peer_quota=LIMITS.per_peer_quota, max_buffered_batches=LIMITS.max_batches,
+                max_buffered_bytes=LIMITS.max_bytes)
+
+
+@pytest.fixture(scope="module")
+def hivemind_bootstrap() -> Iterator[list[str]]:
+    """One bootstrap DHT peer for every hivemind contract test (each test has a run of its own, so
+    announcements of an earlier test's closed peers are not in its keys); yields its multiaddrs."""
+    from ftis.node.config import SwarmConfig  # imports torch (~3 s): only when this implementation runs
+    from ftis.node.swarm.hivemind_transport import start_dht
+
+    scratch = Path(tempfile.mkdtemp(prefix="ftis-contract-"))
+    try:
+        bootstrap, _ = start_dht(SwarmConfig(**hivemind_settings(RUN_ID)), scratch / "bootstrap.key", announce=False)
+        try:
+            yield [str(m) for m in bootstrap.get_visible_maddrs()]
+        finally:
+            bootstrap.shutdown()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextmanager
-def hivemind_swarm() -> Iterator[SwarmHarness]:
-    """A bootstrap DHT peer and ``HivemindTransport`` peers on 127.0.0.1; ``advance`` sleeps."""
-    from hivemind.utils import get_dht_time  # imports torch (~3 s): only when this implementation runs
+def hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
+    """``HivemindTransport`` peers on 127.0.0.1 in a fresh run, joined through the module's bootstrap;
+    ``advance`` shifts the clock the transports age batches by (the DHT's own clock is untouched)."""
+    from hivemind.utils import get_dht_time
 
     from ftis.node.config import SwarmConfig
-    from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+    from ftis.node.swarm.hivemind_transport import HivemindTransport
 
-    settings = dict(run_id=RUN_ID, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2,
-                    announce_interval_s=1.0, announcement_ttl_s=30.0, max_age_s=HIVEMIND_MAX_AGE_S,
-                    fetch_timeout_s=5.0, per_peer_quota=LIMITS.per_peer_quota,
-                    max_buffered_batches=LIMITS.max_batches, max_buffered_bytes=LIMITS.max_bytes)
-    scratch = Path(tempfile.mkdtemp(prefix="ftis-contract-"))
+    run_id = f"contract-{uuid.uuid4().hex[:12]}"
+    config = SwarmConfig(**hivemind_settings(run_id), initial_peers=request.getfixturevalue("hivemind_bootstrap"))
+    clock = ShiftedClock(get_dht_time)
     transports: list[HivemindTransport] = []
-    bootstrap = None
+
+    def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
+        transports.append(HivemindTransport(config, tokenizer, clock=clock))  # the peer id is its own, not name
+        return transports[-1]
+
     try:
-        bootstrap, _ = start_dht(SwarmConfig(**settings), scratch / "bootstrap.key", announce=False)
-        config = SwarmConfig(**settings, initial_peers=[str(m) for m in bootstrap.get_visible_maddrs()])
-
-        def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
-            transports.append(HivemindTransport(config, tokenizer))  # the peer id is its own, not name
-            return transports[-1]
-
-        yield SwarmHarness(join=join, now=get_dht_time, advance=time.sleep, max_age_s=HIVEMIND_MAX_AGE_S,
+        yield SwarmHarness(join=join, run_id=run_id, now=clock, advance=clock.advance, max_age_s=HIVEMIND_MAX_AGE_S,
                            poll_interval_s=0.05, timeout_s=60.0, quiet_s=0.6)
     finally:
-        for t in transports:
-            t.close()
-        if bootstrap is not None:
-            bootstrap.shutdown()
-        shutil.rmtree(scratch, ignore_errors=True)
+        with ThreadPoolExecutor(max(1, len(transports))) as pool:
+            list(pool.map(lambda t: t.close(), transports))
 
 
 IMPLEMENTATIONS = {"memory": memory_swarm, "hivemind": hivemind_swarm}
@@ -138,7 +156,7 @@ REAL_NETWORK = {"hivemind"}  # these start real peers: marked ``hivemind`` (conf
 @pytest.fixture(params=[pytest.param(name, marks=[pytest.mark.hivemind] if name in REAL_NETWORK else [])
                         for name in IMPLEMENTATIONS])
 def swarm(request) -> Iterator[SwarmHarness]:
-    with IMPLEMENTATIONS[request.param]() as harness:
+    with IMPLEMENTATIONS[request.param](request) as harness:
         yield harness
 
 
@@ -155,7 +173,7 @@ def has(expected: dict[str, set[tuple[str, int]]]) -> Callable[[Received], bool]
 
 
 def publish(t: Transport, seq: int, swarm: SwarmHarness, **batch) -> RolloutBatch:
-    created = make_batch(t.peer_id, seq, batch.pop("created_at", swarm.now()), **batch)
+    created = make_batch(t.peer_id, seq, batch.pop("created_at", swarm.now()), run_id=swarm.run_id, **batch)
     t.publish(created)
     return created
 

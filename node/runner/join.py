@@ -2,33 +2,42 @@
 
 The model, the task and the generator are built here; the transport is the hivemind one unless the
 caller passes another (tests and demos pass a ``MemoryTransport``). Ctrl-C or SIGTERM end the loop
-between rounds' operations; the transport is always closed (DHT and ``p2pd`` shut down).
+between rounds' operations; the last completed round is checkpointed and the model exported (``keeper.py``),
+and the transport is always closed (DHT and ``p2pd`` shut down).
 """
 
 from collections.abc import Callable
 from pathlib import Path
 
-from ftis.node.config import NodeConfig
-from ftis.node.runner.metrics import MetricsLog, summary_line
+from ftis.node.config import NodeConfig, TaskConfig
+from ftis.node.runner.keeper import Keeper
+from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.node import Node
+from ftis.node.runner.periodic_eval import PeriodicEval
+from ftis.node.runner.prompts import uses_chat_template
 from ftis.node.swarm.transport import Transport
+from ftis.node.tasks import Task
 
 
-def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None) -> Node:
+def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None,
+               echo: Callable[[str], None] | None = None) -> Node:
     """The node ``config`` describes; ``transport_factory(tokenizer_fingerprint)`` makes its transport
-    (default: join the hivemind swarm)."""
+    (default: join the hivemind swarm). With ``[model.warmup] steps`` the policy starts from the cached (or
+    now trained) warm start; ``echo`` gets its progress and cache path."""
     from ftis.node.generation.hf import TransformersGenerator
     from ftis.node.models import load_policy
-    from ftis.node.tasks import make_task
 
     m = config.model
-    policy = load_policy(m.name, adapter=m.adapter, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
-                         lora_target_modules=m.lora_target_modules, dtype=m.dtype, device=m.device, seed=m.seed,
-                         revision=m.revision)
-    settings: dict[str, object] = dict(config.task.arithmetic) if config.task.name == "arithmetic" else {}
-    if config.task.data_files:
-        settings["data_files"] = dict(config.task.data_files)
-    task = make_task(config.task.name, **settings)
+    if m.warmup.steps:
+        from ftis.node.warmup import load_warm_policy
+
+        policy = load_warm_policy(m, config.task, echo)
+    else:
+        policy = load_policy(m.name, adapter=m.adapter, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+                             lora_target_modules=m.lora_target_modules, dtype=m.dtype, device=m.device,
+                             seed=m.seed, revision=m.revision)
+    uses_chat_template(policy.tokenizer, m.chat_template)  # a bad setting fails here, before the swarm is joined
+    task = build_task(config.task)
     generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
                                       pad_token_id=policy.tokenizer.pad_token_id,
                                       batch_size=config.generation.batch_size)
@@ -39,22 +48,45 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
             return HivemindTransport(config.swarm, fingerprint)
 
     transport = transport_factory(policy.fingerprint)
-    return Node(config, policy, task, generator, transport)
-
-
-def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], None]) -> None:
-    """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing into the node's folder ``out``;
-    always closes the transport."""
-    log = MetricsLog(out)
-    echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
-         f"{node.config.swarm.run_id!r}; metrics in {log.path}")
     try:
+        return Node(config, policy, task, generator, transport)
+    except BaseException:
+        transport.close()
+        raise
+
+
+def build_task(config: TaskConfig) -> Task:
+    """The task ``config`` names, with its settings (arithmetic's knobs, local data files)."""
+    from ftis.node.tasks import make_task
+
+    settings: dict[str, object] = dict(config.arithmetic) if config.name == "arithmetic" else {}
+    if config.data_files:
+        settings["data_files"] = dict(config.data_files)
+    return make_task(config.name, **settings)
+
+
+def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], None], resume: bool = False) -> None:
+    """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing into the node's folder ``out``
+    (``resume``: continuing from its latest checkpoint); always checkpoints the last completed round and
+    closes the transport."""
+    metrics = RunMetrics(out, node.config.metrics, echo)
+    echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
+         f"{node.config.swarm.run_id!r}; metrics in {metrics.log.path}")
+    keeper = Keeper(node, out, echo)
+    try:
+        keeper.start(resume)
+        evaluation = PeriodicEval(node, echo)
         done = 0
         while rounds is None or done < rounds:
+            evaluated = evaluation.run_if_due(node, metrics.log)
             report = node.run_round()
-            log.write(report)
-            echo(summary_line(report))
+            metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy)
             done += 1
+            keeper.after_round()
+        evaluation.run_if_due(node, metrics.log)  # the final weights, when due
     finally:
-        log.close()
-        node.transport.close()
+        try:
+            keeper.stop()
+        finally:
+            metrics.close()
+            node.transport.close()

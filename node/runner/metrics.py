@@ -1,48 +1,152 @@
-"""Per-round metrics: one JSON object per line in ``metrics.jsonl`` (appended, flushed each round),
-and a one-line summary for logs."""
+"""A node's per-step metrics and where they go.
+
+One flat record per step (``report_record``) is the single source of every output:
+- ``DIR/metrics.jsonl``: one JSON object per line, appended and flushed every step;
+- ``DIR/tensorboard/``: TensorBoard event files, one scalar per figure (``tensorboard_scalars`` names
+  them; view with ``tensorboard --logdir DIR/tensorboard``);
+- the terminal (``display.py``): a live table, or one summary line per step off a terminal.
+
+``RunMetrics`` ties them together for the run loop: ``record(report, eval_accuracy=None)`` once per
+step, ``close()`` at the end. Rewards are binary (1: right format and answer), so a mean reward is an
+accuracy: ``own_reward`` is this node's sampling accuracy, ``peer_reward`` the accuracy this node
+grants its peers' completions when it scores them with its own task.
+"""
 
 import json
 import math
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from ftis.node.config import MetricsConfig
+from ftis.node.runner.display import Display, make_display
 from ftis.node.runner.node import RoundReport
+from ftis.node.swarm.transport import TransportStats
+
+Record = dict[str, Any]
 
 
-def report_record(report: RoundReport) -> dict[str, object]:
-    """A flat, JSON-ready record of one round."""
+def report_record(report: RoundReport, previous: TransportStats | None = None,
+                  eval_accuracy: float | None = None) -> Record:
+    """A flat, JSON-ready record of one step. ``previous`` is the transport snapshot of the step
+    before (None for the first): per-step traffic and rejections are the differences from it."""
     step = asdict(report.step)
-    transport = report.transport
+    now, before = report.transport, previous or TransportStats()
     return {
         "round": report.round,
+        "time": time.time(),
         "own_reward": report.own_reward,
         "peer_reward": report.peer_reward,
+        "eval_accuracy": eval_accuracy,
         "own_groups": report.own_groups,
         "peer_groups_received": report.peer_groups_received,
         "peer_groups_used": report.peer_groups_used,
-        "peer_groups_by_peer": report.peer_groups_by_peer,
+        "peer_groups_by_peer": dict(report.peer_groups_by_peer),
         "unusable_groups": report.unusable_groups,
         "generation_tokens": report.generation_tokens,
+        "generation_seconds": report.generation_seconds,
         "generation_tokens_per_s": report.generation_tokens / report.generation_seconds
         if report.generation_seconds > 0 else 0.0,
+        "waited_seconds": report.waited_seconds,
+        "late_peers": report.late_peers,
+        "merged_groups": report.merged_groups,
+        "merged_group_size": report.merged_group_size,
+        "mismatched_groups": report.mismatched_groups,
         **{f"train_{key}": value for key, value in step.items()},
         "train_tokens_per_s": report.step.tokens_per_s,
-        "bytes_sent": transport.published_bytes,
-        "bytes_received": transport.delivered_bytes,
-        "rejections": {f"{peer}:{reason}": count for (peer, reason), count in transport.rejections.items()},
+        "bytes_sent": now.published_bytes - before.published_bytes,
+        "bytes_received": now.delivered_bytes - before.delivered_bytes,
+        "batches_sent": now.published_batches - before.published_batches,
+        "batches_received": now.delivered_batches - before.delivered_batches,
+        "bytes_sent_total": now.published_bytes,
+        "bytes_received_total": now.delivered_bytes,
+        "rejections": _by_reason(now.rejections, before.rejections),
+        "rejections_total": _by_reason(now.rejections, {}),
+        "rejections_by_peer": _by_peer(now.rejections),
     }
 
 
+def _by_reason(now: Mapping[tuple[str, str], int], before: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Rejections counted since ``before``, summed over peers; reasons with none are left out."""
+    counts: dict[str, int] = {}
+    for (peer, reason), count in now.items():
+        new = count - before.get((peer, reason), 0)
+        if new:
+            counts[reason] = counts.get(reason, 0) + new
+    return dict(sorted(counts.items()))
+
+
+def _by_peer(rejections: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    peers: dict[str, dict[str, int]] = {}
+    for (peer, reason), count in sorted(rejections.items()):
+        peers.setdefault(peer, {})[reason] = count
+    return peers
+
+
+# TensorBoard tag -> record field. Training figures are only meaningful when a step was taken.
+_SCALARS = {
+    "reward/own": "own_reward",
+    "reward/peer": "peer_reward",
+    "eval/accuracy": "eval_accuracy",
+    "groups/own": "own_groups",
+    "groups/peer_used": "peer_groups_used",
+    "groups/peer_received": "peer_groups_received",
+    "groups/unusable": "unusable_groups",
+    "groups/zero_variance": "train_zero_variance_groups",
+    "groups/trained": "train_groups",
+    "throughput/generation_tokens_per_s": "generation_tokens_per_s",
+    "throughput/train_tokens_per_s": "train_tokens_per_s",
+    "swarm/bytes_sent": "bytes_sent",
+    "swarm/bytes_received": "bytes_received",
+    "swarm/bytes_sent_total": "bytes_sent_total",
+    "swarm/bytes_received_total": "bytes_received_total",
+    "swarm/batches_received": "batches_received",
+    "train/policy_version": "train_policy_version",
+    "loop/waited_seconds": "waited_seconds",
+    "loop/late_peers": "late_peers",
+    "horizontal/merged_groups": "merged_groups",
+    "horizontal/merged_group_size": "merged_group_size",
+    "horizontal/mismatched_groups": "mismatched_groups",
+}
+_TRAINED_SCALARS = {
+    "train/loss": "train_loss",
+    "train/grad_norm": "train_grad_norm",
+    "train/tokens": "train_tokens",
+    "train/sequences": "train_sequences",
+    "filter/fraction": "train_filtered_fraction",
+    "filter/advantage_fraction": "train_filtered_advantage_fraction",
+    "filter/divergence_fraction": "train_filtered_divergence_fraction",
+    "is/weight_mean": "train_is_weight_mean",
+    "is/weight_max": "train_is_weight_max",
+    "is/truncated_fraction": "train_truncated_fraction",
+    "divergence/mean": "train_divergence_mean",
+}
+
+
+def tensorboard_scalars(record: Mapping[str, Any]) -> dict[str, float]:
+    """The record's figures as TensorBoard tags and values; unknown ones (None, NaN) are left out, and
+    so are training figures of a step that was not taken."""
+    fields = {**_SCALARS, **(_TRAINED_SCALARS if record["train_trained"] else {})}
+    scalars = {tag: record[name] for tag, name in fields.items()}
+    scalars |= {f"groups/peer/{peer}": count for peer, count in record["peer_groups_by_peer"].items()}
+    scalars |= {f"rejections/{reason}": count for reason, count in record["rejections"].items()}
+    scalars["rejections/all"] = sum(record["rejections"].values())
+    return {tag: float(value) for tag, value in scalars.items() if value is not None and math.isfinite(value)}
+
+
 class MetricsLog:
+    """``metrics.jsonl`` in ``folder``: one record per line, appended (a resumed run continues the file)."""
+
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / "metrics.jsonl"
         self._file: IO[str] = self.path.open("a", encoding="utf-8")
 
-    def write(self, report: RoundReport) -> None:
-        record = {key: _json_number(value) for key, value in report_record(report).items()}
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = {key: _json_number(value) for key, value in record.items()}
+        self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -50,16 +154,59 @@ class MetricsLog:
 
 
 def _json_number(value: object) -> object:
-    """NaN (no peer groups this round) and infinities are not JSON: they are written as null."""
+    """NaN (no peer groups this step) and infinities are not JSON: they are written as null."""
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def summary_line(report: RoundReport) -> str:
-    step = report.step
-    peer = "-" if math.isnan(report.peer_reward) else f"{report.peer_reward:.2f}"
-    trained = (f"loss {step.loss:+.4f} filtered {step.filtered_fraction:.0%} IS {step.is_weight_mean:.2f}"
-               f"/{step.is_weight_max:.2f}" if step.trained else "no step (no reward variance)")
-    return (f"round {report.round:>5}  v{step.policy_version:<5} reward own {report.own_reward:.2f} peer {peer}  "
-            f"groups own {report.own_groups} peer {report.peer_groups_used}/{report.peer_groups_received}  "
-            f"{trained}  gen {report.generation_tokens} tok  train {step.tokens} tok  "
-            f"rx {report.transport.delivered_bytes} B  rejected {sum(report.transport.rejections.values())}")
+class TensorBoardLog:
+    """TensorBoard event files in ``folder``, one scalar per figure at global step = the round.
+
+    tensorboardX writes real event files with protobuf and numpy only (no TensorFlow, no
+    ``tensorboard`` package); it is imported here so that a node run without TensorBoard never loads it.
+    """
+
+    def __init__(self, folder: Path):
+        from tensorboardX import SummaryWriter
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self._writer = SummaryWriter(logdir=str(folder), flush_secs=10)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        for tag, value in tensorboard_scalars(record).items():
+            self._writer.add_scalar(tag, value, global_step=record["round"], walltime=record["time"])
+        self._writer.flush()  # a step takes seconds or more: each one is on disk when the next starts
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class RunMetrics:
+    """Everything a run writes per step: ``metrics.jsonl``, TensorBoard events (unless disabled) and
+    the terminal display, in the node's folder ``folder``."""
+
+    def __init__(self, folder: Path, config: MetricsConfig, echo: Callable[[str], None], console: Any = None):
+        self.log = MetricsLog(folder)
+        self.tensorboard = TensorBoardLog(folder / "tensorboard") if config.tensorboard else None
+        self.display: Display = make_display(config.display, echo, rows=config.table_rows, console=console)
+        self._previous: TransportStats | None = None
+
+    def record(self, report: RoundReport, eval_accuracy: float | None = None) -> Record:
+        """Write and show one step; ``eval_accuracy`` is the held-out accuracy when this step evaluated."""
+        record = report_record(report, self._previous, eval_accuracy)
+        self._previous = report.transport
+        self.log.write(record)
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
+        self.display.show(record)
+        return record
+
+    def close(self) -> None:
+        try:
+            self.display.close()
+        finally:
+            try:
+                if self.tensorboard is not None:
+                    self.tensorboard.close()
+            finally:
+                self.log.close()

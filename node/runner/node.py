@@ -7,6 +7,10 @@ its TTL, same tokenizer) has delivered a batch of this round or a later one; a n
 peers ahead (it joined late, or restarted) jumps to their round, so the swarm falls into step. The
 model is trained in place, so the next round generates with the weights this round produced, and the
 generator's policy version says so.
+
+With ``loop.grouping = "horizontal"`` (rounds mode only) every node draws the round's prompts from the
+shared seed and the round number, and a prompt's completions from all nodes form one advantage group
+(``horizontal.py`` here and in ``trainer/``); a peer's batch of a later round waits for that round.
 """
 
 import time
@@ -16,10 +20,13 @@ import numpy as np
 
 from ftis.node.config import NodeConfig
 from ftis.node.models import Policy
+from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_problems
 from ftis.node.runner.prompts import prompt_ids, uses_chat_template
+from ftis.node.runner.rng import RngState
 from ftis.node.runner.scoring import score_batch
 from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
 from ftis.node.tasks import Problem, Task
+from ftis.node.trainer.horizontal import MergedGroups, merge_shared
 from ftis.node.trainer.mix import Candidate, select_peer_groups
 from ftis.node.trainer.trainer import StepMetrics, Trainer
 from ftis.protocol import (
@@ -48,6 +55,29 @@ class RoundReport:
     late_peers: int  # rounds mode: live peers whose batch of the round had not arrived by the deadline
     step: StepMetrics
     transport: TransportStats = field(repr=False)
+    merged_groups: int = 0  # horizontal grouping: advantage groups formed from more than one node's groups
+    merged_group_size: float = float("nan")  # ...their mean number of completions (nan when none)
+    mismatched_groups: int = 0  # ...peers' groups with a shared prompt's id but another task or prompt: apart
+
+
+class RoundInterrupted(RuntimeError):
+    """The node was stopped inside an optimizer step: its weights belong to no completed round."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's state at the end of a completed round, besides the model's weights (``checkpoint.py``)."""
+
+    round: int  # rounds completed: the number of the next round
+    rng: RngState
+    trainer: dict[str, object]  # Trainer.state_dict(): optimizer state and policy version
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    round: int
+    steps_started: int
+    rng: RngState
 
 
 class Node:
@@ -64,22 +94,28 @@ class Node:
                                          generation.max_new_tokens)
         self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
         self._latest_seq: dict[str, int] = {}  # rounds mode: each peer's newest batch delivered so far
+        self._horizontal = config.loop.grouping == "horizontal"
+        self._later = LaterRounds()  # horizontal grouping: peers' batches of rounds not reached yet
+        self._boundary = self._snapshot()
 
     def run_round(self) -> RoundReport:
+        self._boundary = self._snapshot()  # the state of the last completed round, for state_dict
         own = self._generate()
         self.transport.publish(own.batch)
         scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
                                  off_policy=self.config.loss.filter_local)
         received, waited, late = self._collect()
         candidates, peer_rewards, unusable = [], [], 0
-        for item in received:
+        for item in self._later.take(received, self.round) if self._horizontal else received:
             scored = score_batch(item.batch, self.task, self.policy.tokenizer,
                                  trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True)
             candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
             peer_rewards += scored.rewards
             unusable += scored.unusable
         chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups)
-        step = self.trainer.step([*scored_own.groups, *(c.group for c in chosen)])
+        groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
+        merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
+        step = self.trainer.step(merged.groups)
         self.generator.policy_version = self.trainer.policy_version
         by_peer: dict[str, int] = {}
         for candidate in chosen:
@@ -99,11 +135,37 @@ class Node:
             late_peers=late,
             step=step,
             transport=self.transport.stats(),
+            merged_groups=merged.merged,
+            merged_group_size=float(np.mean(merged.sizes)) if merged.sizes else float("nan"),
+            mismatched_groups=merged.mismatched,
         )
         self.round += 1
         if self.config.loop.mode == "rounds":  # fall into step with peers that are ahead
             self.round = max([self.round, *(item.batch.seq for item in received)])
         return report
+
+    def state_dict(self) -> NodeState:
+        """The state as of the end of the last completed round (the weights are the policy's). Callable at
+        any point, e.g. after Ctrl-C interrupted a round: the round's random draws are undone by taking the
+        RNG states of its start. Raises ``RoundInterrupted`` if the round was stopped inside its optimizer
+        step, where the weights are neither the last round's nor the next one's."""
+        if self.round != self._boundary.round:  # a round completed since the snapshot: we are between rounds
+            self._boundary = self._snapshot()
+        if self.trainer.steps_started != self._boundary.steps_started:
+            raise RoundInterrupted(f"round {self.round} was stopped inside its optimizer step")
+        return NodeState(self._boundary.round, self._boundary.rng, self.trainer.state_dict())
+
+    def load_state_dict(self, state: NodeState) -> None:
+        """Continue from ``state``: its round, optimizer, policy version and RNG states (load the weights
+        into the policy separately)."""
+        self.trainer.load_state_dict(state.trainer)
+        self.generator.policy_version = self.trainer.policy_version
+        self.round = state.round
+        state.rng.restore(self._rng)
+        self._boundary = self._snapshot()
+
+    def _snapshot(self) -> _Boundary:
+        return _Boundary(self.round, self.trainer.steps_started, RngState.capture(self._rng))
 
     def _collect(self) -> tuple[list[ReceivedBatch], float, int]:
         """Peers' batches for this round's step, the seconds spent waiting, and the live peers still
@@ -127,15 +189,20 @@ class Node:
 
     def _missing_peers(self) -> set[str]:
         """Live peers that have not yet delivered a batch of this round or a later one (a batch that
-        arrived early, during an earlier round's wait, counts)."""
+        arrived early, during an earlier round's wait, counts), plus a placeholder for each peer short
+        of ``loop.min_peers``."""
         live_since = time.time() - self.config.swarm.announcement_ttl_s
         live = {member.peer_id for member in self.transport.members()
                 if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
                 and member.last_seen >= live_since}
-        return {peer for peer in live if self._latest_seq.get(peer, -1) < self.round}
+        missing = {peer for peer in live if self._latest_seq.get(peer, -1) < self.round}
+        wanted = self.config.loop.min_peers
+        return missing | {f"(peer {k} of {wanted})" for k in range(len(live) + 1, wanted + 1)}
 
     def _problems(self) -> list[Problem]:
         split, count = self.config.task.split, self.config.generation.prompts_per_round
+        if self._horizontal:
+            return shared_problems(self.task, split, count, self.config.loop.swarm_seed, self.round)
         size = self.task.size(split)
         if size is None:  # a synthetic task: any index is a problem
             indices = self._rng.integers(0, 2**31 - 1, size=count)
@@ -155,7 +222,8 @@ class Node:
             texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
             rewards = [self.task.reward(text, problem.answer) for text in texts]
             groups.append(Group(
-                group_id=f"{self.transport.peer_id}/{self.round}/{k}",
+                group_id=shared_group_id(self.config.swarm.run_id, self.round, k) if self._horizontal
+                else f"{self.transport.peer_id}/{self.round}/{k}",
                 task=TaskRef(problem.dataset, problem.split, problem.index, problem.answer),
                 prompt_ids=prompt,
                 completions=tuple(c.to_completion(r) for c, r in zip(generated, rewards, strict=True)),

@@ -40,6 +40,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_pee
             rewards=group_rewards,
             off_policy=off_policy,
             temperature=batch.sampling.temperature,
+            task=ref,
         ))
     return Scored(groups, unusable, rewards)
 

@@ -8,7 +8,10 @@ Files:
                             the check of a fetched payload against its announcement.
 - ``outbox.py``             this node's recent encoded batches and the announcement listing them.
 - ``records.py``            the run's sharded DHT keys and the signature + schema validators.
+- ``directory.py``          reading all shard keys in one DHT traversal; which announcements count.
 - ``identity.py``           identity files: one key for the peer id and the announcement signature.
+- ``bootstrap.py``          ``ftis-node bootstrap``: a DHT-only entry peer that logs what it sees.
+- ``status.py``             the members table ``ftis-node status`` prints.
 
 Importing ``hivemind`` costs about 3 s (it imports torch): only the hivemind-based modules do.
 """

@@ -3,7 +3,14 @@
 Shape (DESIGN §4): a peer stores one small signed announcement (``protocol/announcement.py``) under
 its run's shard key and renews it before it expires; every ``poll_interval_s`` it reads all shards,
 checks each announcement was signed by the key of the peer it describes, and fetches the batches
-its ``Inbox`` wants over a P2P stream from that peer, concurrently, each under one deadline.
+its ``Inbox`` wants over a P2P stream from that peer, concurrently, each under one deadline. All
+shard keys are read in one DHT traversal (``directory.read_shards``).
+
+A fetch that fails in transit (refused connection, stream closed early, deadline passed) is tried
+again up to ``fetch_retries`` times, after ``fetch_retry_backoff_s`` doubling each time and only while
+the peer's latest announcement still lists the batch and it is within the max age: a stalling peer
+costs one deadline per attempt and is asked again only after the backoff. A payload refused on its
+contents (too large, wrong hash, undecodable) is never asked for again.
 
 Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the sequence number (8 bytes,
 big-endian); the server answers with the payload's length (8 bytes, big-endian; 0 when it no
@@ -14,6 +21,9 @@ Threads: all network work runs on one asyncio loop in a daemon thread that this 
 DHT's P2P replica is bound to the loop that first uses it). ``publish``, ``receive``, ``members``,
 ``stats`` are called from the training thread and never wait on the network. ``close`` stops the
 loop and shuts the DHT and its ``p2pd`` down.
+
+Time: batch ages and announcement times follow ``clock`` (the DHT's time by default; tests move it
+on instead of sleeping); the DHT's record expirations always follow the DHT's own time.
 """
 
 import asyncio
@@ -23,18 +33,20 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import hivemind
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
+from hivemind.utils.mpfuture import MPFuture
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.directory import Directory
+from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
-from ftis.node.swarm.records import all_shard_keys, record_validators, run_prefix, shard_key, shard_of
+from ftis.node.swarm.records import record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor, encode_announcement
@@ -44,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 _HEADER = 8  # bytes of a sequence number or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
+_LAST_CALLS_S = 2.0  # how long close() waits for DHT calls in flight (see _stop)
 
 
 def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
@@ -77,8 +90,19 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
     return dht, validators[0].local_public_key
 
 
+async def _settled(future: MPFuture) -> None:
+    """Wait until ``future`` is done, however it ends."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await future
+
+
+def retry_delay(backoff_s: float, attempt: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (0 for the first) before the next."""
+    return backoff_s * 2**attempt
+
+
 class HivemindTransport:
-    def __init__(self, config: SwarmConfig, tokenizer: str):
+    def __init__(self, config: SwarmConfig, tokenizer: str, clock: Callable[[], float] = get_dht_time):
         self._config = config
         self._scratch: Path | None = None
         identity = config.identity_path
@@ -95,9 +119,10 @@ class HivemindTransport:
         self._handler = f"{run_prefix(config.run_id)}.batch"
         limits = InboxLimits(config.max_age_s, config.per_peer_quota, config.max_buffered_batches,
                              config.max_buffered_bytes)
-        self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=get_dht_time)
-        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=get_dht_time)
+        self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
+        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock)
         self._members: dict[str, Member] = {}
+        self._listed: dict[str, frozenset[int]] = {}  # peer id -> sequence numbers its latest announcement lists
         self._directory = Directory()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -144,6 +169,10 @@ class HivemindTransport:
                 asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        if not self._loop.is_running():
+            # A DHT read that _stop gave up waiting for still gets its answer later, and hivemind's future
+            # then wakes the loop it was awaited on; it leaves a closed loop alone.
+            self._loop.close()
         self._dht.shutdown()  # ends the DHT process and its p2pd
         self._remove_scratch()
 
@@ -162,13 +191,19 @@ class HivemindTransport:
         self._fetch_slots = asyncio.Semaphore(self._config.max_concurrent_fetches)
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(self._handler, self._serve)
-        self._tasks = [asyncio.create_task(self._announcer()), asyncio.create_task(self._poller())]
         self._fetches: set[asyncio.Task] = set()
+        self._dht_calls: set[MPFuture] = set()  # stores and reads awaited on this loop, until they finish
+        self._tasks = [asyncio.create_task(self._announcer()), asyncio.create_task(self._poller())]
 
     async def _stop(self) -> None:
         for task in [*self._tasks, *self._fetches]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._fetches, return_exceptions=True)
+        # A DHT call the cancelled tasks were awaiting still gets its answer, and hivemind then wakes this
+        # loop for it: let that happen while the loop runs, or it leaves a never-finished task behind.
+        pending = [future for future in self._dht_calls if not future.done()]
+        if pending:
+            await asyncio.wait([asyncio.create_task(_settled(future)) for future in pending], timeout=_LAST_CALLS_S)
         with contextlib.suppress(Exception):
             await self._p2p.remove_binary_stream_handler(self._handler)
         # The replica's own tasks (handler listener, daemon connection reader/writer) would stay pending
@@ -180,6 +215,15 @@ class HivemindTransport:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
+
+    async def _dht_call(self, future: MPFuture) -> object:
+        """The result of a DHT call made with ``return_future=True``; ``_stop`` waits for it if need be."""
+        self._dht_calls.add(future)  # touched on this loop only (a done-callback would run on hivemind's thread)
+        try:
+            return await future
+        finally:
+            if future.done():  # else this await was cancelled, and _stop waits for the answer
+                self._dht_calls.discard(future)
 
     async def _announcer(self) -> None:
         while True:
@@ -193,13 +237,13 @@ class HivemindTransport:
             if announcement is None:
                 continue
             try:
-                stored = await self._dht.store(
+                stored = await self._dht_call(self._dht.store(
                     self._key,
                     subkey=self._owner,
                     value=encode_announcement(announcement),
                     expiration_time=get_dht_time() + self._config.announcement_ttl_s,
                     return_future=True,
-                )
+                ))
                 if not stored:
                     logger.warning("announcement not stored (no DHT peer accepted it); retrying")
             except asyncio.CancelledError:
@@ -219,11 +263,8 @@ class HivemindTransport:
             await asyncio.sleep(max(0.0, self._config.poll_interval_s - (time.monotonic() - started)))
 
     async def _poll_once(self) -> None:
-        keys = all_shard_keys(self._config.run_id, self._config.shards)
-        values = await asyncio.gather(
-            *(self._dht.get(key, latest=True, return_future=True) for key in keys), return_exceptions=True
-        )
-        reading = self._directory.read(value for value in values if not isinstance(value, BaseException))
+        values = await self._dht_call(read_shards(self._dht, self._config.run_id, self._config.shards))
+        reading = self._directory.read(values)
         for peer_id, record in reading.rejected:
             self._inbox.reject_announcement(peer_id, record)
         members = {}
@@ -231,31 +272,49 @@ class HivemindTransport:
             if announcement.peer_id == self._peer_id:
                 continue
             members[announcement.peer_id] = member_of(announcement)
+            self._listed[announcement.peer_id] = frozenset(descriptor.seq for descriptor in announcement.batches)
             for descriptor in announcement.batches:
                 if self._inbox.consider(announcement, descriptor):
                     task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
                     self._fetches.add(task)
                     task.add_done_callback(self._fetches.discard)
+        for gone in self._listed.keys() - members.keys():
+            del self._listed[gone]
         self._members = members
 
     async def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
-        async with self._fetch_slots:
+        attempt = 0
+        while True:
             try:
-                data = await asyncio.wait_for(self._download(peer_id, descriptor), self._config.fetch_timeout_s)
+                async with self._fetch_slots:  # not held while backing off
+                    data = await asyncio.wait_for(self._download(peer_id, descriptor), self._config.fetch_timeout_s)
                 batch = open_payload(descriptor, data)
-            except Rejected as rejected:
+            except Rejected as rejected:  # the peer answered, and the answer is final
                 self._inbox.fail(peer_id, descriptor, rejected.reason)
                 logger.info("refused batch %s of %s: %s", descriptor.seq, peer_id, rejected)
                 return
             except asyncio.CancelledError:
                 self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
                 raise
-            except Exception as error:  # timeouts, refused connections, streams closed early
+            except Exception as error:  # timeouts, refused connections, streams closed early: maybe transient
+                failure = f"{type(error).__name__}: {error}"
+                if attempt < self._config.fetch_retries and self._still_offered(peer_id, descriptor):
+                    delay = retry_delay(self._config.fetch_retry_backoff_s, attempt)
+                    logger.info("fetching batch %s of %s failed (%s); retrying in %.1f s", descriptor.seq, peer_id,
+                                failure, delay)
+                    attempt += 1
+                    await asyncio.sleep(delay)
+                    continue
                 self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
-                logger.info("fetching batch %s of %s failed: %s: %s", descriptor.seq, peer_id,
-                            type(error).__name__, error)
+                logger.info("fetching batch %s of %s failed after %d attempts: %s", descriptor.seq, peer_id,
+                            attempt + 1, failure)
                 return
             self._inbox.deliver(peer_id, descriptor, batch, len(data))
+            return
+
+    def _still_offered(self, peer_id: str, descriptor: BatchDescriptor) -> bool:
+        """Worth another attempt: the peer's latest announcement lists the batch, and it is not stale."""
+        return descriptor.seq in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
 
     async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> bytes:
         _, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)

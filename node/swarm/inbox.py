@@ -5,7 +5,8 @@ from another run, older than the max age, another tokenizer, over the peer's quo
 bound. After a fetch, ``deliver`` checks that the decoded batch is the one announced (same peer,
 run, sequence number, tokenizer) and queues it; ``drain`` hands queued batches to the trainer.
 Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
-number) is considered once, so a batch is delivered at most once and a refused one is not retried.
+number) is considered once, so a batch is delivered at most once and a refused one is not asked for
+again (a transport may retry a fetch that failed in transit before it reports the failure).
 
 Thread-safe: the network thread calls ``consider``/``deliver``/``fail``, the training loop ``drain``.
 """
@@ -91,7 +92,7 @@ class Inbox:
     def _refusal(self, announcement: Announcement, descriptor: BatchDescriptor, now: float) -> str | None:
         if announcement.run_id != self._run_id:
             return OTHER_RUN
-        if descriptor.created_at < now - self._limits.max_age_s:
+        if not self._fresh(descriptor, now):
             return STALE
         if announcement.tokenizer != self._tokenizer:
             return TOKENIZER
@@ -120,8 +121,15 @@ class Inbox:
             self._stats.delivered_bytes += payload_bytes
             return True
 
+    def fresh(self, descriptor: BatchDescriptor) -> bool:
+        """Whether the batch is still within the max age (a transport asks before retrying a fetch)."""
+        return self._fresh(descriptor, self._clock())
+
+    def _fresh(self, descriptor: BatchDescriptor, now: float) -> bool:
+        return descriptor.created_at >= now - self._limits.max_age_s
+
     def fail(self, peer_id: str, descriptor: BatchDescriptor, reason: str) -> None:
-        """A considered batch that could not be fetched or checked: counted, never retried."""
+        """A considered batch that could not be fetched or checked: counted, not asked for again."""
         key = (peer_id, descriptor.seq)
         with self._lock:
             if key in self._in_flight:

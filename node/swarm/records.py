@@ -6,9 +6,13 @@ validator lets only that peer write it. A schema validator on the same keys refu
 ``{signed subkey: bytes}`` entries, so no peer can replace a whole shard with a plain value.
 Every node, bootstrap peers included, installs both validators (DESIGN §4).
 
-Sharding keeps each key's dictionary below the 4 MiB a DHT ``get`` returns: a full record is about
-3 KB (a 16-batch announcement of ~2.2 KB, the 391-byte subkey with the public key, the 356-byte
-signature), so one shard holds ~1,400 peers and the default 8 shards ~11,000.
+Sharding keeps what one DHT answer carries below hivemind's 4 MiB message limit. A full record is
+about 3 KB (a 16-batch announcement of ~2.2 KB, the 391-byte subkey with the public key, the
+356-byte signature), so 4 MiB is ~1,400 records. All shards are read in one traversal
+(``directory.read_shards``), in which hivemind asks each DHT peer for ⌊√n⌋ of the n keys per request
+and gets them back in one answer: with the default 4 shards, two shards share an answer, so each
+holds ~700 peers and the run ~2,800. Shards are not free either: 4 cost about what 2 do (two
+requests per DHT peer asked), 8 about twice what 1 does (``SwarmConfig.shards``).
 """
 
 import hashlib
@@ -18,8 +22,6 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
 from hivemind.dht.validation import RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
-
-DEFAULT_SHARDS = 8
 
 
 def run_prefix(run_id: str) -> str:

@@ -1,11 +1,16 @@
 """What the trainer trains on: groups of completions with this node's rewards and a flag saying
-whether the filter applies to them (DESIGN §2)."""
+whether the filter applies to them (DESIGN §2), and which of them share one advantage group.
+
+A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
+groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the
+advantage of each completion is over all of them (``horizontal.py`` decides which share a key).
+"""
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from ftis.protocol.schema import CompletionColumns
+from ftis.protocol.schema import CompletionColumns, TaskRef
 
 
 @dataclass(frozen=True, eq=False)
@@ -17,6 +22,8 @@ class TrainingGroup:
     rewards: np.ndarray  # (G,) float, recomputed by this node from the completion text
     off_policy: bool  # peers' groups and this node's stale ones (all of them with filter_local)
     temperature: float  # the sampler's: log-probs are compared under the same temperature
+    task: TaskRef | None = None  # the problem it answers, as the generator named it
+    advantage_key: str | None = None  # groups with one key form one advantage group; None: alone
 
     @property
     def size(self) -> int:
@@ -31,3 +38,37 @@ class TrainingGroup:
     def informative(self) -> bool:
         """Whether its rewards differ: a group whose rewards are all equal teaches nothing."""
         return bool(self.rewards.size) and bool(np.ptp(self.rewards) > 0)
+
+
+def advantage_index(groups: list[TrainingGroup]) -> list[int]:
+    """Each group's advantage group, numbered 0..K-1 in order of first appearance: groups sharing an
+    ``advantage_key`` get one number, a group without a key a number of its own."""
+    numbers: dict[str, int] = {}
+    index: list[int] = []
+    count = 0
+    for group in groups:
+        key = group.advantage_key
+        if key is None or key not in numbers:
+            if key is not None:
+                numbers[key] = count
+            index.append(count)
+            count += 1
+        else:
+            index.append(numbers[key])
+    return index
+
+
+def advantage_groups(groups: list[TrainingGroup]) -> list[list[TrainingGroup]]:
+    """The groups gathered by advantage group, in order of first appearance (one group each in vertical mode)."""
+    gathered: list[list[TrainingGroup]] = []
+    for group, number in zip(groups, advantage_index(groups), strict=True):
+        if number == len(gathered):
+            gathered.append([])
+        gathered[number].append(group)
+    return gathered
+
+
+def rewards_vary(gathered: list[TrainingGroup]) -> bool:
+    """Whether the rewards of one advantage group differ (a group whose rewards are all equal teaches nothing)."""
+    rewards = np.concatenate([group.rewards for group in gathered]) if gathered else np.zeros(0)
+    return bool(rewards.size) and bool(np.ptp(rewards) > 0)

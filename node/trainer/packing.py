@@ -2,7 +2,9 @@
 
 Each completion becomes one right-padded row ``prompt ids + completion ids + padding``. The logit
 at position ``p + j − 1`` predicts completion token ``j`` (``p`` = prompt length), so
-``target_index[i, j]`` says where to read token ``j``'s log-prob in row ``i``.
+``target_index[i, j]`` says where to read token ``j``'s log-prob in row ``i``. ``group_index`` numbers
+the advantage groups: one per group, except that groups sharing an ``advantage_key`` (horizontal mode)
+share a number, and micro-batches keep them together.
 """
 
 from dataclasses import dataclass
@@ -11,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, advantage_groups, advantage_index
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class PackedBatch:
     loss_mask: Tensor  # (B, T) bool
     sampler_logprobs: Tensor  # (B, T) float32
     rewards: Tensor  # (B,) float32
-    group_index: Tensor  # (B,) int64, the group each row belongs to (0..K-1 in this batch)
+    group_index: Tensor  # (B,) int64, the advantage group each row belongs to (0..K-1 in this batch)
     off_policy: Tensor  # (B,) bool
     temperature: Tensor  # (B,) float32
 
@@ -32,7 +34,7 @@ def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
     rows = [
         (g, group, group.completions.token_ids[start : start + length],
          group.completions.sampler_logprobs[start : start + length], c)
-        for g, group in enumerate(groups)
+        for g, group in zip(advantage_index(groups), groups, strict=True)
         for c, (start, length) in enumerate(_spans(group.completions.lengths))
     ]
     prompt_lengths = [len(group.prompt_ids) for _, group, *_ in rows]
@@ -75,15 +77,16 @@ def _spans(lengths: np.ndarray) -> list[tuple[int, int]]:
 
 
 def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[list[TrainingGroup]]:
-    """Consecutive runs of whole groups (advantages are per group) of at most ``max_tokens`` padded
-    tokens each; a group larger than that forms a micro-batch alone."""
+    """Runs of whole advantage groups (advantages are per advantage group: the groups sharing an
+    ``advantage_key`` go together, in order of first appearance) of at most ``max_tokens`` padded tokens
+    each; an advantage group larger than that forms a micro-batch alone."""
     batches: list[list[TrainingGroup]] = []
     current: list[TrainingGroup] = []
-    for group in groups:
-        if current and _padded_tokens([*current, group]) > max_tokens:
+    for gathered in advantage_groups(groups):
+        if current and _padded_tokens([*current, *gathered]) > max_tokens:
             batches.append(current)
             current = []
-        current.append(group)
+        current.extend(gathered)
     if current:
         batches.append(current)
     return batches

@@ -5,7 +5,8 @@ samplers' temperatures; ``old_logprobs`` are the same values detached — the no
 optimizer step per round, so π_θold is the model before this step, which is the model of this
 forward pass. The chosen loss variant's value is weighted by the micro-batch's share of the
 completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
-version increases. Zero-variance groups are dropped before any forward pass (they teach nothing).
+version increases. Zero-variance groups are dropped before any forward pass (they teach nothing); in
+horizontal mode that is decided per advantage group, over every node's completions for the prompt.
 """
 
 import time
@@ -15,7 +16,7 @@ import torch
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, compute_loss
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import micro_batches, pack
 
@@ -26,8 +27,8 @@ class StepMetrics:
     policy_version: int  # after the step
     loss: float
     grad_norm: float
-    groups: int  # informative groups trained on
-    peer_groups: int
+    groups: int  # informative advantage groups trained on (one per group in vertical mode)
+    peer_groups: int  # off-policy groups among them (parts of one advantage group in horizontal mode)
     zero_variance_groups: int
     sequences: int
     tokens: int  # completion tokens trained on
@@ -52,14 +53,29 @@ class Trainer:
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         if not self.parameters:
             raise ValueError("the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr_for(adapter),
-                                           weight_decay=config.weight_decay)
+        self._lr = config.lr_for(adapter)
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=self._lr, weight_decay=config.weight_decay)
         self.policy_version = policy_version
+        # Optimizer steps begun in this process, counted *before* each one starts: a checkpoint compares
+        # it with its snapshot to know the weights were not touched since (a signal can land mid-step).
+        self.steps_started = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """What a resumed trainer needs besides the model's weights: the optimizer state and the policy version."""
+        return {"optimizer": self.optimizer.state_dict(), "policy_version": self.policy_version}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the moments are the checkpoint's; the settings this config's
+            group["lr"], group["weight_decay"] = self._lr, self._config.weight_decay
+        self.policy_version = int(state["policy_version"])
 
     def step(self, groups: list[TrainingGroup]) -> StepMetrics:
         started = time.perf_counter()
-        informative = [group for group in groups if group.informative]
-        skipped = len(groups) - len(informative)
+        gathered = advantage_groups(groups)
+        kept = [together for together in gathered if rewards_vary(together)]
+        informative = [group for together in kept for group in together]
+        skipped = len(gathered) - len(kept)
         total = sum(group.size for group in informative)
         if not informative:
             return _idle(self.policy_version, skipped, time.perf_counter() - started)
@@ -84,13 +100,14 @@ class Trainer:
             (out.loss * share).backward()
             sums.add(out, packed, share)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
+        self.steps_started += 1
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
         return sums.metrics(
             policy_version=self.policy_version,
             grad_norm=float(grad_norm),
-            groups=len(informative),
+            groups=len(kept),
             peer_groups=sum(group.off_policy for group in informative),
             zero_variance_groups=skipped,
             sequences=total,

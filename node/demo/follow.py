@@ -1,0 +1,92 @@
+"""Following a node's ``metrics.jsonl`` while the node writes it, and what the demo keeps of it.
+
+    progress = NodeProgress("small", "tiny-small", "full")
+    follower = MetricsFollower(out / "small" / "metrics.jsonl")
+    for record in follower.read_new():
+        progress.add(record)      # a step record or an evaluation record
+    progress.latest_step, progress.evaluations
+
+The node appends one JSON object per line and flushes each (``runner/metrics.py``); a line the reader
+meets half-written has no newline yet and is kept until it is complete. Step records carry
+``own_groups``; evaluation records carry ``eval_total`` and no ``own_groups``.
+"""
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Record = Mapping[str, Any]
+
+
+def is_step(record: Record) -> bool:
+    return "own_groups" in record
+
+
+def is_evaluation(record: Record) -> bool:
+    return "eval_total" in record and not is_step(record)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    round: int  # the round it preceded (round 0: the warm start, before any GRPO step)
+    accuracy: float
+    policy_version: int
+
+
+@dataclass
+class NodeProgress:
+    """What the demo shows and sums up about one node."""
+
+    name: str
+    model: str
+    adapter: str
+    steps: list[Record] = field(default_factory=list)
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+    def add(self, record: Record) -> None:
+        if is_step(record):
+            self.steps.append(record)
+        elif is_evaluation(record):
+            self.evaluations.append(Evaluation(record["round"], record["eval_accuracy"], record["policy_version"]))
+
+    def extend(self, records: Iterable[Record]) -> None:
+        for record in records:
+            self.add(record)
+
+    @property
+    def latest_step(self) -> Record | None:
+        return self.steps[-1] if self.steps else None
+
+    @property
+    def latest_evaluation(self) -> Evaluation | None:
+        return self.evaluations[-1] if self.evaluations else None
+
+
+class MetricsFollower:
+    """New complete records of a ``metrics.jsonl`` file at each call; nothing while it does not exist."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # b"" after a complete last line
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def read_progress(path: Path, name: str, model: str, adapter: str) -> NodeProgress:
+    """A node's whole ``metrics.jsonl`` at once (the solo runs, read after they ended)."""
+    progress = NodeProgress(name, model, adapter)
+    progress.extend(MetricsFollower(path).read_new())
+    return progress

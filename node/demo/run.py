@@ -1,0 +1,197 @@
+"""``ftis-node demo``: a heterogeneous swarm on this machine, from nothing to a summary and a plot.
+
+    run_demo(DemoRequest(), echo=print)  # what the command calls; see the README's "The demo"
+
+In order:
+1. warm-up, here in the demo's own process: each distinct ``[model.warmup]`` recipe of the nodes is
+   trained once (or found in the cache, whose folder is printed), so the nodes, which ask the same cache,
+   only load it — three processes never train the same entry side by side;
+2. ``ftis-node bootstrap`` on 127.0.0.1, then one ``ftis-node join`` per node with its own config file
+   in its own folder, torch threads capped per process;
+3. while they train, the nodes' ``metrics.jsonl`` files are followed and shown (``view.py``); a node or
+   the bootstrap that dies stops the demo, which names it and shows the end of its log;
+4. with the solo baseline, each node again, alone in a run of its own, same warm start, seed and rounds;
+5. the summary (terminal, ``summary.md``, ``summary.json``) and ``accuracy.png`` in the demo's folder.
+
+Every process it started is stopped when it ends, however it ends (``children.py``).
+"""
+
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ftis.node.config import NodeConfig
+from ftis.node.demo.children import Child, Children
+from ftis.node.demo.follow import MetricsFollower, NodeProgress, is_step
+from ftis.node.demo.launch import (
+    NODE_LOG,
+    DemoError,
+    bootstrap_args,
+    child_env,
+    join_args,
+    wait_for_maddr,
+    write_node_config,
+)
+from ftis.node.demo.settings import DemoConfig, load_demo_config
+from ftis.node.demo.summary import as_json, markdown, rich_table, summarize
+from ftis.node.demo.view import View, make_view
+
+POLL_S = 0.5  # how often the metrics files and the processes are looked at
+SOLO = "solo"  # the solo baseline's folder inside the demo's
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    config: Path | None = None  # None: the packaged config.toml
+    out: Path | None = None  # None: runs/demo/<date-time>
+    rounds: int | None = None  # overrides [demo] rounds
+    solo: bool | None = None  # overrides [demo] solo
+    view: str = "auto"  # auto | table | lines
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    out: Path
+    summary: Path
+    plot: Path
+    seconds: float
+
+
+def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
+    """Run the demo; ``ConfigError`` for bad settings, ``DemoError`` when a process fails or the folder
+    is taken. Ctrl-C and SIGTERM propagate after every child has been stopped."""
+    started = time.monotonic()
+    config = _with_overrides(load_demo_config(request.config), request)
+    out = request.out or Path("runs") / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    if out.exists() and any(out.iterdir()):
+        raise DemoError(f"{out} is not empty: give the demo a new folder (--out)")
+    out.mkdir(parents=True, exist_ok=True)
+    nodes = config.node_configs()
+    settings = config.node_settings()
+    echo(f"ftis-node demo: {len(nodes)} nodes, {config.demo.rounds} rounds each; everything goes into {out}")
+    warm_up(nodes, echo)
+    warmed = time.monotonic()
+    children = Children(config.demo.stop_timeout_s, echo)
+    view = make_view(request.view, config.demo.rounds, echo)
+    solo: dict[str, NodeProgress] = {}
+    try:
+        bootstrap = children.start("bootstrap", bootstrap_args(config.demo.run_id), out / "bootstrap.log",
+                                   child_env(config.demo.threads_per_node))
+        maddr = wait_for_maddr(bootstrap, config.demo.start_timeout_s)
+        echo(f"bootstrap peer up (pid {bootstrap.pid}): {maddr}")
+        folders = {name: out / name for name in nodes}
+        paths = {name: write_node_config(folders[name], settings[name], config.demo.run_id, maddr) for name in nodes}
+        swarm = _run_nodes(config, nodes, folders, paths, maddr, children, view, bootstrap, echo)
+        swarm_done = time.monotonic()
+        if config.demo.solo:
+            view.note(f"solo baseline: each node alone, on-policy, {config.demo.rounds} rounds")
+            folders = {name: out / SOLO / name for name in nodes}
+            paths = {name: write_node_config(folders[name], settings[name], f"{config.demo.run_id}-solo-{name}",
+                                             maddr, loop={"mode": "async", "min_peers": 0}) for name in nodes}
+            solo = _run_nodes(config, nodes, folders, paths, maddr, children, view, bootstrap, echo)
+    finally:
+        view.close()
+        _stop_shielded(children)
+    finished = time.monotonic()
+    result = _report(out, list(swarm.values()), solo, config.demo.solo, finished - started, echo)
+    echo(f"wall time {finished - started:.0f} s: warm-up {warmed - started:.0f} s, swarm {swarm_done - warmed:.0f} s"
+         + (f", solo baseline {finished - swarm_done:.0f} s" if config.demo.solo else ""))
+    return result
+
+
+def _with_overrides(config: DemoConfig, request: DemoRequest) -> DemoConfig:
+    changes = {key: value for key, value in (("rounds", request.rounds), ("solo", request.solo)) if value is not None}
+    return replace_demo(config, **changes) if changes else config
+
+
+def replace_demo(config: DemoConfig, **changes: object) -> DemoConfig:
+    """``config`` with ``[demo]`` settings changed (validated again)."""
+    return DemoConfig.model_validate({**config.model_dump(), "demo": {**config.demo.model_dump(), **changes}})
+
+
+def warm_up(nodes: Mapping[str, NodeConfig], echo: Callable[[str], None]) -> None:
+    """Train (or find in the cache) every distinct warm start the nodes ask for, once each."""
+    recipes = {name: config for name, config in nodes.items() if config.model.warmup.steps}
+    if not recipes:
+        return
+    from ftis.node.warmup import cache_key, cache_root, warm_start, warmup_spec
+
+    done: set[tuple[Path, str]] = set()
+    for name, config in recipes.items():
+        spec = warmup_spec(config.model, config.task)
+        root = cache_root(config.model.warmup.cache_dir)
+        if (root, cache_key(spec)) in done:
+            echo(f"warm start of {name}: the same as an earlier node's")
+            continue
+        echo(f"warm start of {name} ({config.model.name}), cache {root}")
+        warm_start(spec, config.model.warmup.cache_dir, echo)
+        done.add((root, cache_key(spec)))
+
+
+def _run_nodes(config: DemoConfig, nodes: Mapping[str, NodeConfig], folders: Mapping[str, Path],
+               paths: Mapping[str, Path], maddr: str, children: Children, view: View, bootstrap: Child,
+               echo: Callable[[str], None]) -> dict[str, NodeProgress]:
+    """Start one ``ftis-node join`` per node, follow them until every one has finished its rounds."""
+    env = child_env(config.demo.threads_per_node)
+    started = {}
+    for name in nodes:
+        started[name] = children.start(name, join_args(paths[name], maddr, folders[name], config.demo.rounds),
+                                       folders[name] / NODE_LOG, env)
+        view.note(f"{name}: {nodes[name].model.name} ({nodes[name].model.adapter}), pid {started[name].pid}, "
+                  f"folder {folders[name]}")
+    progress = {name: NodeProgress(name, nodes[name].model.name, nodes[name].model.adapter) for name in nodes}
+    followers = {name: MetricsFollower(folders[name] / "metrics.jsonl") for name in nodes}
+    while True:
+        ended = {name: child.exit_status() for name, child in started.items()}
+        new = []
+        for name, follower in followers.items():
+            for record in follower.read_new():
+                progress[name].add(record)
+                if is_step(record):
+                    new.append((name, record))
+        view.show(list(progress.values()), new)
+        for name, status in ended.items():
+            if status not in (None, 0):
+                raise DemoError(f"node {name} (pid {started[name].pid}) exited with status {status}; the end of "
+                                f"{started[name].log}:\n{started[name].log_tail()}")
+        if all(status == 0 for status in ended.values()):
+            return progress
+        if bootstrap.exit_status() is not None:
+            raise DemoError(f"the bootstrap peer (pid {bootstrap.pid}) exited with status {bootstrap.exit_status()}; "
+                            f"the end of {bootstrap.log}:\n{bootstrap.log_tail()}")
+        time.sleep(POLL_S)
+
+
+def _stop_shielded(children: Children) -> None:
+    """Stop every child with Ctrl-C and SIGTERM held off: a second Ctrl-C must not leave orphans behind.
+    Stopping is bounded (``stop_timeout_s``, then SIGKILL)."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        children.stop_all()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _report(out: Path, swarm: list[NodeProgress], solo: Mapping[str, NodeProgress], solo_ran: bool,
+            seconds: float, echo: Callable[[str], None]) -> DemoResult:
+    import json
+
+    from ftis.node.demo.plot import plot_accuracy
+
+    rows = [summarize(node, solo.get(node.name)) for node in swarm]
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(rich_table(rows, solo_ran))
+    else:
+        echo(markdown(rows, solo_ran))
+    summary = out / "summary.md"
+    summary.write_text(markdown(rows, solo_ran), encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(as_json(rows, solo_ran), indent=2) + "\n", encoding="utf-8")
+    plot = plot_accuracy(out / "accuracy.png", swarm, solo)
+    echo(f"summary: {summary} (and summary.json); plot: {plot}")
+    return DemoResult(out, summary, plot, seconds)

@@ -1,0 +1,133 @@
+"""The demo's end: per node, held-out accuracy at the start (the warm start, before any GRPO step) and at
+the end, the mean over every evaluation (the area under the curve, steadier than the last point), and,
+when the solo baseline ran, what the same model reached alone on-policy from the same warm start and
+seed in as many rounds. Also what the swarm moved: peers' groups trained on, filtered share, IS weight,
+bytes.
+
+    rows = [summarize(swarm_progress, solo_progress_or_none), ...]
+    print(markdown(rows, solo_ran=True))   # also written to DIR/summary.md; as_json(rows) to summary.json
+"""
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from ftis.node.demo.follow import NodeProgress
+from ftis.node.demo.view import size
+
+SOLO_NOT_RUN = "solo baseline: not run (`ftis-node demo --solo` adds it, which takes about as long again)"
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    name: str
+    model: str
+    adapter: str
+    rounds: int  # step records written
+    evaluations: int
+    start_accuracy: float | None  # the first evaluation (round 0: the warm start); None without evaluations
+    end_accuracy: float | None  # the last evaluation
+    mean_accuracy: float | None  # over every evaluation
+    peer_groups_used: int  # peers' groups trained on, all steps
+    filtered_fraction: float | None  # mean over the steps that trained
+    is_weight_mean: float | None  # mean over the steps that trained
+    bytes_sent: int
+    bytes_received: int
+    solo_end_accuracy: float | None = None  # the solo baseline's, when it ran
+    solo_mean_accuracy: float | None = None
+
+    @property
+    def change(self) -> float | None:
+        if self.start_accuracy is None or self.end_accuracy is None:
+            return None
+        return self.end_accuracy - self.start_accuracy
+
+
+def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSummary:
+    accuracies = [evaluation.accuracy for evaluation in swarm.evaluations]
+    trained = [step for step in swarm.steps if step["train_trained"]]
+    last = swarm.latest_step
+    solo_accuracies = [evaluation.accuracy for evaluation in solo.evaluations] if solo is not None else []
+    return NodeSummary(
+        name=swarm.name,
+        model=swarm.model,
+        adapter=swarm.adapter,
+        rounds=len(swarm.steps),
+        evaluations=len(accuracies),
+        start_accuracy=accuracies[0] if accuracies else None,
+        end_accuracy=accuracies[-1] if accuracies else None,
+        mean_accuracy=_mean(accuracies),
+        peer_groups_used=sum(step["peer_groups_used"] for step in swarm.steps),
+        filtered_fraction=_mean([step["train_filtered_fraction"] for step in trained]),
+        is_weight_mean=_mean([step["train_is_weight_mean"] for step in trained]),
+        bytes_sent=0 if last is None else last["bytes_sent_total"],
+        bytes_received=0 if last is None else last["bytes_received_total"],
+        solo_end_accuracy=solo_accuracies[-1] if solo_accuracies else None,
+        solo_mean_accuracy=_mean(solo_accuracies),
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+HEADERS = ("node", "model", "rounds", "accuracy start", "accuracy end", "change", "mean (all evals)",
+           "solo end", "solo mean", "peer groups used", "filtered", "IS w", "sent", "recv")
+
+
+def cells(row: NodeSummary) -> list[str]:
+    return [
+        row.name, f"{row.model} ({row.adapter})", str(row.rounds),
+        _accuracy(row.start_accuracy), _accuracy(row.end_accuracy), _signed(row.change), _accuracy(row.mean_accuracy),
+        _accuracy(row.solo_end_accuracy), _accuracy(row.solo_mean_accuracy),
+        str(row.peer_groups_used),
+        "-" if row.filtered_fraction is None else f"{row.filtered_fraction:.0%}",
+        "-" if row.is_weight_mean is None else f"{row.is_weight_mean:.2f}",
+        size(row.bytes_sent), size(row.bytes_received),
+    ]
+
+
+def rich_table(rows: Sequence[NodeSummary], solo_ran: bool) -> Table:
+    """The summary for the terminal; the solo columns only when the baseline ran."""
+    table = Table(title="ftis-node demo: held-out greedy accuracy, start vs end",
+                  caption=None if solo_ran else SOLO_NOT_RUN, box=box.SIMPLE_HEAD, show_edge=False,
+                  header_style="bold")
+    keep = _columns(solo_ran)
+    for index in keep:
+        table.add_column(HEADERS[index], justify="left" if index < 2 else "right", no_wrap=True)
+    for row in rows:
+        values = cells(row)
+        table.add_row(*(values[index] for index in keep))
+    return table
+
+
+def markdown(rows: Sequence[NodeSummary], solo_ran: bool) -> str:
+    keep = _columns(solo_ran)
+    lines = ["| " + " | ".join(HEADERS[index] for index in keep) + " |",
+             "|" + "|".join("---" for _ in keep) + "|"]
+    for row in rows:
+        values = cells(row)
+        lines.append("| " + " | ".join(values[index] for index in keep) + " |")
+    if not solo_ran:
+        lines += ["", SOLO_NOT_RUN]
+    return "\n".join(lines) + "\n"
+
+
+def as_json(rows: Sequence[NodeSummary], solo_ran: bool) -> dict[str, Any]:
+    return {"solo_ran": solo_ran, "nodes": [asdict(row) | {"change": row.change} for row in rows]}
+
+
+def _columns(solo_ran: bool) -> list[int]:
+    solo = {HEADERS.index("solo end"), HEADERS.index("solo mean")}
+    return [index for index in range(len(HEADERS)) if solo_ran or index not in solo]
+
+
+def _accuracy(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"

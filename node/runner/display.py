@@ -1,0 +1,189 @@
+"""What a running node shows on its terminal, one step at a time.
+
+Two displays behind one small interface (``show(record)`` each step, ``close()`` at the end), both
+reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
+- ``TableDisplay``: a live rich table of the last steps and, below it, the peers whose groups this
+  node trained on, redrawn in place each step (on a terminal);
+- ``LineDisplay``: one summary line per step (``summary_line``), for logs and pipes.
+
+``make_display("auto" | "table" | "lines", echo)`` picks one; ``auto`` shows the table only when
+standard output is a terminal.
+"""
+
+import math
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+Record = Mapping[str, Any]
+
+
+class Display(Protocol):
+    def show(self, record: Record) -> None:
+        """Show one step's record."""
+        ...
+
+    def close(self) -> None:
+        """Leave the terminal as the last step left it; idempotent."""
+        ...
+
+
+def make_display(mode: str, echo: Callable[[str], None], rows: int = 8, console: Console | None = None) -> Display:
+    """The display for ``mode``: ``table``, ``lines``, or ``auto`` (the table on a terminal)."""
+    if mode == "auto":
+        mode = "table" if sys.stdout.isatty() else "lines"
+    if mode == "table":
+        return TableDisplay(console or Console(), rows)
+    if mode == "lines":
+        return LineDisplay(echo)
+    raise ValueError(f"unknown display {mode!r}: expected auto, table or lines")
+
+
+class LineDisplay:
+    def __init__(self, echo: Callable[[str], None]):
+        self._echo = echo
+
+    def show(self, record: Record) -> None:
+        self._echo(summary_line(record))
+
+    def close(self) -> None:
+        pass
+
+
+def summary_line(record: Record) -> str:
+    """One step in one line: rewards, groups, filter, IS weights, throughput, traffic, rejections."""
+    r = record
+    rewards = f"reward own {_fixed(r['own_reward'])} peer {_fixed(r['peer_reward'])}"
+    if r["eval_accuracy"] is not None:
+        rewards += f" eval {_fixed(r['eval_accuracy'])}"
+    peers = len(r["peer_groups_by_peer"])
+    groups = (f"groups own {r['own_groups']} peer {r['peer_groups_used']}/{r['peer_groups_received']}"
+              f" from {peers} peer{'' if peers == 1 else 's'}")
+    if r["train_trained"]:
+        trained = (f"loss {r['train_loss']:+.4f}  filtered {_percent(r['train_filtered_fraction'])}"
+                   f" (adv {_percent(r['train_filtered_advantage_fraction'])}"
+                   f" div {_percent(r['train_filtered_divergence_fraction'])})"
+                   f"  IS {r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}"
+                   f" trunc {_percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}")
+    else:
+        trained = "no step (no reward variance)"
+    speed = (f"gen {r['generation_tokens_per_s']:.0f} tok/s  train {r['train_tokens']} tok"
+             f" {r['train_tokens_per_s']:.0f} tok/s")
+    traffic = f"sent {_bytes(r['bytes_sent'])} recv {_bytes(r['bytes_received'])}"
+    return (f"round {r['round']:>5}  v{r['train_policy_version']:<5} {rewards}  {groups}  {trained}  {speed}  "
+            f"{traffic}  rejected {_rejections(r['rejections'])}")
+
+
+class TableDisplay:
+    """The last ``rows`` steps as a table redrawn in place; the terminal keeps the last drawing."""
+
+    def __init__(self, console: Console, rows: int = 8):
+        self._records: deque[Record] = deque(maxlen=rows)
+        self._groups_total: dict[str, int] = {}
+        self._eval: tuple[int, float] | None = None  # (round, accuracy) of the latest evaluation
+        # No refresh thread: the table changes once per step, and is redrawn then.
+        self._live = Live(console=console, auto_refresh=False, redirect_stdout=True, redirect_stderr=True)
+        self._started = False
+
+    def show(self, record: Record) -> None:
+        self._records.append(record)
+        for peer, count in record["peer_groups_by_peer"].items():
+            self._groups_total[peer] = self._groups_total.get(peer, 0) + count
+        if record["eval_accuracy"] is not None:
+            self._eval = (record["round"], record["eval_accuracy"])
+        if not self._started:  # started at the first step, so lines printed before it stay above
+            self._live.start()
+            self._started = True
+        self._live.update(self.renderable(), refresh=True)
+
+    def close(self) -> None:
+        if self._started:
+            self._live.stop()
+            self._started = False
+
+    def renderable(self) -> Group:
+        return Group(self._steps_table(), self._peers_table())
+
+    def _steps_table(self) -> Table:
+        latest = self._records[-1]
+        caption = f"rejected this step: {_rejections(latest['rejections'])}"
+        if self._eval is not None:
+            caption += f"   eval accuracy {self._eval[1]:.3f} at round {self._eval[0]}"
+        table = Table(title=f"ftis-node: last steps (policy v{latest['train_policy_version']})", caption=caption,
+                      box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
+        for name in _STEP_COLUMNS:
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in self._records:
+            trained = r["train_trained"]
+            table.add_row(
+                str(r["round"]),
+                _fixed(r["own_reward"]),
+                _fixed(r["peer_reward"]),
+                _fixed(r["eval_accuracy"]),
+                f"{r['own_groups']}/{r['peer_groups_used']}/{r['peer_groups_received']}",
+                f"{_percent(r['train_filtered_fraction'])} {_percent(r['train_filtered_advantage_fraction'])}/"
+                f"{_percent(r['train_filtered_divergence_fraction'])}" if trained else "no step",
+                f"{r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}" if trained else "-",
+                _percent(r["train_truncated_fraction"]) if trained else "-",
+                f"{r['train_divergence_mean']:.3f}" if trained else "-",
+                f"{r['generation_tokens_per_s']:.0f}",
+                f"{r['train_tokens_per_s']:.0f}",
+                _bytes(r["bytes_sent"]),
+                _bytes(r["bytes_received"]),
+                str(sum(r["rejections"].values())),
+            )
+        return table
+
+    def _peers_table(self) -> Table:
+        latest = self._records[-1]
+        table = Table(title="peers: groups trained on, rejections", box=box.SIMPLE_HEAD, show_edge=False,
+                      header_style="bold")
+        for name in ("peer", "this step", "total", "rejected (total)"):
+            table.add_column(name, justify="left" if name == "peer" else "right")
+        rejected = latest["rejections_by_peer"]
+        for peer in sorted(set(self._groups_total) | set(rejected)):
+            table.add_row(_short(peer), str(latest["peer_groups_by_peer"].get(peer, 0)),
+                          str(self._groups_total.get(peer, 0)), _rejections(rejected.get(peer, {})))
+        if not table.row_count:
+            table.add_row("none yet", "0", "0", "0")
+        return table
+
+
+# Two-line headers: "acc" is the mean binary reward; groups are own/peers' used/peers' received;
+# filtered is the fraction of completions dropped, then its share by advantage / by divergence.
+_STEP_COLUMNS = ("round", "acc\nown", "acc\npeer", "acc\neval", "groups\nown/peer/rcvd", "filtered\nall adv/div",
+                 "IS w\nmean/max", "trunc", "D", "gen\ntok/s", "train\ntok/s", "sent", "recv", "rej")
+
+
+def _fixed(value: float | None) -> str:
+    """A reward or accuracy; '-' when unknown (None, or NaN: nothing to measure this step)."""
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+def _rejections(by_reason: Mapping[str, int]) -> str:
+    total = sum(by_reason.values())
+    if not total:
+        return "0"
+    return f"{total} (" + ", ".join(f"{reason} {count}" for reason, count in by_reason.items()) + ")"
+
+
+def _short(peer_id: str) -> str:
+    """libp2p ids share their first characters ('12D3KooW…'): the end tells peers apart."""
+    return peer_id if len(peer_id) <= 16 else "…" + peer_id[-12:]

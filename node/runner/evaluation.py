@@ -1,0 +1,168 @@
+"""Greedy evaluation of a policy on a task's held-out split: accuracy, format, length and speed.
+
+    from ftis.node.runner.evaluation import evaluate
+    result = evaluate(policy, make_task("gsm8k"), "test", limit=200, max_new_tokens=512)
+    print(f"{result.accuracy:.1%} of {result.total}")
+
+Which problems (``problem_indices``): the first ``limit`` of a finite split, or all of it when
+``limit`` is None. A synthetic split (``task.size`` is None) has no first problems worth the name, so
+it is a fixed set of ``limit`` indices (``SYNTHETIC_DEFAULT_LIMIT`` when None) drawn from a hash of
+their rank: the same set in every evaluation, on every machine, and a smaller limit's set is a
+prefix of a larger one's. Evaluations during training therefore always score the same problems.
+
+How: each problem's prompt is built exactly as the node builds its training prompts
+(``prompts.prompt_ids``); prompts are sorted by length so that a batch pads little, decoded
+greedily (argmax, ``generation.hf.greedy``) in batches of ``batch_size``, decoded to text and scored
+with the task's own reward (1 = correct). "Format valid" means the task could parse an answer
+from the completion at all (``task.parse_answer``), right or wrong. Deterministic for a given model,
+problem set, batch size and device: there is no sampling.
+"""
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ftis.node.generation.hf import greedy
+from ftis.node.models import Policy
+from ftis.node.runner.prompts import prompt_ids
+from ftis.node.tasks import Problem, Task
+
+HELD_OUT_SPLIT = "test"  # every built-in task's held-out split, evaluated unless another is named
+SYNTHETIC_DEFAULT_LIMIT = 500  # problems of an unbounded (synthetic) split when no limit is given
+_INDEX_SPACE = 2**31  # synthetic indices are drawn below this, like the node's training prompts
+
+# progress(done, total, correct): called after each batch with the problems scored so far
+EvalProgress = Callable[[int, int, int], None]
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot run as asked (bad limit or batch size, an empty split)."""
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One problem's outcome."""
+
+    index: int  # the problem's index in its split
+    gold: str
+    completion: str  # the decoded completion, special tokens skipped (as the reward sees it)
+    answer: str | None  # what the task parsed from it; None when the format does not hold
+    reward: float
+    tokens: int
+    finish_reason: str  # "stop" (end-of-sequence token) or "length" (max_new_tokens reached)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    dataset: str  # the task's name, e.g. "gsm8k"
+    split: str
+    total: int  # problems scored
+    correct: int  # problems with reward 1
+    accuracy: float  # correct / total
+    format_valid: float  # fraction of completions the task could parse an answer from
+    truncated: float  # fraction that reached max_new_tokens without an end-of-sequence token
+    mean_completion_tokens: float
+    tokens_per_s: float  # generated tokens / seconds spent generating
+    seconds: float  # wall time: prompts, generation, scoring
+    records: tuple[EvalRecord, ...] = ()  # per problem, in problem order, when asked for
+
+
+def held_out_split(task: Task) -> str:
+    """The split evaluated when none is named: ``HELD_OUT_SPLIT`` when the task has it."""
+    if HELD_OUT_SPLIT in task.splits:
+        return HELD_OUT_SPLIT
+    raise EvalError(f"{task.name} has no {HELD_OUT_SPLIT!r} split (it has {', '.join(task.splits)}): "
+                    "name the split to evaluate")
+
+
+def problem_indices(size: int | None, limit: int | None) -> list[int]:
+    """The indices evaluated in a split of ``size`` problems (None: synthetic, unbounded); see the
+    module docstring."""
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        raise EvalError(f"limit must be at least 1 (or None for the whole split), got {limit}")
+    if size is not None:
+        return list(range(size if limit is None else min(limit, size)))
+    count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
+    indices: dict[int, None] = {}  # an ordered set: a (vanishingly rare) repeated draw is skipped
+    rank = 0
+    while len(indices) < count:
+        digest = hashlib.blake2b(f"ftis-eval/{rank}".encode(), digest_size=8).digest()
+        indices.setdefault(int.from_bytes(digest, "little") % _INDEX_SPACE)
+        rank += 1
+    return list(indices)
+
+
+def eval_problems(task: Task, split: str, limit: int | None) -> list[Problem]:
+    """The problems ``evaluate`` scores. Raises the task's errors for an unknown split or bad data,
+    and ``EvalError`` for an empty split."""
+    indices = problem_indices(task.size(split), limit)
+    if not indices:
+        raise EvalError(f"{task.name}/{split} has no problems")
+    return [task.problem(split, index) for index in indices]
+
+
+def evaluate(
+    policy: Policy,
+    task: Task,
+    split: str,
+    *,
+    limit: int | None = None,
+    batch_size: int = 64,
+    max_new_tokens: int = 256,
+    chat: bool = False,
+    progress: EvalProgress | None = None,
+    keep_records: bool = False,
+) -> EvalResult:
+    """Greedy accuracy of ``policy`` on ``split`` of ``task`` (see the module docstring). ``chat``: wrap
+    prompts in the tokenizer's chat template, as the node does (``prompts.uses_chat_template``)."""
+    if batch_size < 1:
+        raise EvalError(f"batch_size must be at least 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise EvalError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    started = time.perf_counter()
+    problems = eval_problems(task, split, limit)
+    tokenizer = policy.tokenizer
+    prompts = [prompt_ids(tokenizer, task.prompt(problem), chat=chat) for problem in problems]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # stable: ties keep problem order
+    records: list[EvalRecord | None] = [None] * len(problems)
+    generating, correct = 0.0, 0
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        began = time.perf_counter()
+        completions = greedy(policy.model, [prompts[i] for i in chunk], max_new_tokens,
+                             eos_token_ids=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                             batch_size=batch_size)
+        generating += time.perf_counter() - began
+        texts = tokenizer.batch_decode([c.token_ids.tolist() for c in completions], skip_special_tokens=True)
+        for i, completion, text in zip(chunk, completions, texts, strict=True):
+            problem = problems[i]
+            reward = task.reward(text, problem.answer)
+            records[i] = EvalRecord(problem.index, problem.answer, text, task.parse_answer(text), reward,
+                                    completion.num_tokens, completion.finish_reason)
+            correct += reward == 1.0
+        if progress is not None:
+            progress(start + len(chunk), len(order), correct)
+    done = [record for record in records if record is not None]
+    total, tokens = len(done), sum(record.tokens for record in done)
+    return EvalResult(
+        dataset=task.name,
+        split=split,
+        total=total,
+        correct=correct,
+        accuracy=correct / total,
+        format_valid=sum(record.answer is not None for record in done) / total,
+        truncated=sum(record.finish_reason == "length" for record in done) / total,
+        mean_completion_tokens=tokens / total,
+        tokens_per_s=tokens / generating if generating > 0 else 0.0,
+        seconds=time.perf_counter() - started,
+        records=tuple(done) if keep_records else (),
+    )
+
+
+def summary_line(result: EvalResult) -> str:
+    """One line for logs: ``eval gsm8k/test  accuracy 41.5% (83/200)  format 92%  ...``."""
+    return (f"eval {result.dataset}/{result.split}  accuracy {result.accuracy:.1%} ({result.correct}/{result.total})"
+            f"  format {result.format_valid:.0%}  truncated {result.truncated:.0%}"
+            f"  length {result.mean_completion_tokens:.1f} tok  {result.tokens_per_s:.0f} tok/s"
+            f"  {result.seconds:.1f} s")

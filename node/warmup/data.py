@@ -1,0 +1,78 @@
+"""Supervised examples for the warm start: an arithmetic problem's prompt, and the completion a perfect
+model would write for it, in the task's own answer format.
+
+    from ftis.node.warmup.data import demonstration, encode_example, collate
+    text = demonstration(task, problem)        # "46" (plain) or "<think> 12+34=46 </think>\\n<answer> 46 </answer>"
+    example = encode_example(task, problem, tokenizer)
+    batch = collate([example, ...], pad_id)   # ids, attention mask, loss mask
+
+The prompt is exactly what a node conditions on (``task.prompt``, no special tokens added), and the
+target is the demonstration followed by the end-of-sequence token, so the model learns to stop where a
+node's generator stops. The task's reward gives every demonstration 1 (a test checks each format).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ftis.node.tasks import ArithmeticTask, Problem
+from ftis.node.tasks.tags import tagged_completion
+
+# One demonstration per answer format of the arithmetic task (``arithmetic.FORMATS``; a test checks that
+# every format has one). The tags format "thinks" by writing the sum out, then answers.
+DEMONSTRATIONS: dict[str, Callable[[Problem], str]] = {
+    "plain": lambda problem: problem.answer,
+    "tags": lambda problem: tagged_completion(f"{problem.question}={problem.answer}", problem.answer),
+}
+
+
+class WarmupDataError(ValueError):
+    """The task's answer format has no demonstration, or the tokenizer cannot encode the examples."""
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt_ids: list[int]  # what a node conditions on
+    target_ids: list[int]  # the demonstration's ids, then end-of-sequence: the only tokens the loss sees
+
+
+@dataclass(frozen=True)
+class Batch:
+    input_ids: Tensor  # (B, T) prompt then target, right-padded
+    attention_mask: Tensor  # (B, T) 1 on real tokens
+    loss_mask: Tensor  # (B, T-1) 1 where the next token (input_ids[:, 1:]) is a target token
+
+
+def demonstration(task: ArithmeticTask, problem: Problem) -> str:
+    """The completion text a perfect model writes for ``problem`` in ``task``'s answer format."""
+    answer_format = task.settings.format
+    if answer_format not in DEMONSTRATIONS:
+        raise WarmupDataError(f"no warm-start demonstration for the answer format {answer_format!r}")
+    return DEMONSTRATIONS[answer_format](problem)
+
+
+def encode_example(task: ArithmeticTask, problem: Problem, tokenizer) -> Example:
+    prompt_ids = tokenizer(task.prompt(problem), add_special_tokens=False)["input_ids"]
+    target_ids = tokenizer(demonstration(task, problem), add_special_tokens=False)["input_ids"]
+    if tokenizer.eos_token_id is None:
+        raise WarmupDataError("the tokenizer has no end-of-sequence token, so a target cannot say where to stop")
+    if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in prompt_ids + target_ids:
+        raise WarmupDataError(f"the tokenizer cannot encode every character of {problem.question!r} and its answer")
+    return Example(list(prompt_ids), [*target_ids, tokenizer.eos_token_id])
+
+
+def collate(examples: list[Example], pad_id: int) -> Batch:
+    """Right-padded tensors: with causal attention, padding after a sequence never changes its logits."""
+    sequences = [example.prompt_ids + example.target_ids for example in examples]
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, T)
+    loss_mask = torch.zeros((len(examples), width - 1), dtype=torch.float32)  # (B, T-1)
+    for row, (example, sequence) in enumerate(zip(examples, sequences, strict=True)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, : len(sequence)] = 1
+        # logits at position t predict token t+1: the targets start at len(prompt), predicted from len(prompt)-1
+        loss_mask[row, len(example.prompt_ids) - 1 : len(sequence) - 1] = 1.0
+    return Batch(input_ids, attention_mask, loss_mask)
