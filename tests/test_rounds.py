@@ -56,9 +56,11 @@ def test_rounds_mode_counts_an_early_batch_and_jumps_to_a_peer_that_is_ahead():
     peer.run_round()
     report = node.run_round()
     assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
+    assert report.peer_groups_received == 0  # the peer's round-7 batch is held for round 7
     assert node.round == 7  # the next batch it publishes is round 7, the swarm's
-    report = node.run_round()  # the peer's seq-7 batch already counts for round 7: no wait
+    report = node.run_round()  # the peer's seq-7 batch counts for round 7: no wait, and it is trained on now
     assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
+    assert report.peer_groups_received == 1
     assert node.round == 8
 
 

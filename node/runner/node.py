@@ -3,8 +3,10 @@ own task, and take one F-TIS step on its own groups plus a fair mix of its peers
 
 In the default ``async`` mode a round never waits for peers: it trains on whatever has arrived. In
 ``rounds`` mode it waits, up to ``loop.round_deadline_s``, until every live peer (announced within
-its TTL, same tokenizer) has delivered a batch of this round or a later one; a node that finds its
-peers ahead (it joined late, or restarted) jumps to their round, so the swarm falls into step. The
+its TTL, same tokenizer) has delivered a batch of this round or a later one, and trains on the
+batches of this round and earlier ones (a batch of a later round is held until this node reaches that
+round); a node that finds its peers ahead (it joined late, or restarted) jumps to their round, so the
+swarm falls into step. The
 model is trained in place, so the next round generates with the weights this round produced, and the
 generator's policy version says so.
 
@@ -106,7 +108,8 @@ class Node:
                                  off_policy=self.config.loss.filter_local)
         received, waited, late = self._collect()
         candidates, peer_rewards, unusable = [], [], 0
-        for item in self._later.take(received, self.round) if self._horizontal else received:
+        rounds_mode = self.config.loop.mode == "rounds"  # a peer's batch of a later round waits for that round
+        for item in self._later.take(received, self.round) if rounds_mode else received:
             scored = score_batch(item.batch, self.task, self.policy.tokenizer,
                                  trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True)
             candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
@@ -140,7 +143,7 @@ class Node:
             mismatched_groups=merged.mismatched,
         )
         self.round += 1
-        if self.config.loop.mode == "rounds":  # fall into step with peers that are ahead
+        if rounds_mode:  # fall into step with peers that are ahead
             self.round = max([self.round, *(item.batch.seq for item in received)])
         return report
 
