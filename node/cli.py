@@ -294,6 +294,48 @@ def demo_command(
         typer.echo("stopped: every process the demo started has ended")
 
 
+@app.command("experiment")
+def experiment_command(
+    out: Annotated[Path, typer.Option("--out", help="The grid's folder: cells, report, figures (reruns resume).")
+                   ] = Path("runs/experiment"),
+    seeds: Annotated[int | None, typer.Option("--seeds", min=1, help="Seeds per condition (overrides the grid).")
+                     ] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per cell (overrides the grid).")
+                      ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="The grid's [quick] settings: a smoke test of every "
+                                        "condition in about a minute.")] = False,
+    config_file: Annotated[Path | None, typer.Option(
+        "--config", help="A whole grid of your own (default: the packaged grid.toml; copy it and edit).")] = None,
+) -> None:
+    """The paper's comparison in miniature: each model solo, the swarm with every loss variant, paired seeds."""
+    import shlex
+
+    from ftis.node.experiment.grid import GridError, load_grid
+    from ftis.node.experiment.store import StoreError
+    from ftis.node.signals import Terminated, exit_on_sigterm
+
+    try:
+        grid = load_grid(config_file).adjusted(quick=quick, seeds=seeds, rounds=rounds)
+    except GridError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    from ftis.node.experiment.runner import run_experiment
+    from ftis.node.warmup.cache import WarmupCacheError
+
+    exit_on_sigterm()
+    options = [("--config", config_file), ("--seeds", seeds), ("--rounds", rounds)]
+    command = shlex.join(["ftis-node", "experiment", "--out", str(out), *(["--quick"] if quick else []),
+                          *(part for flag, value in options if value is not None for part in (flag, str(value)))])
+    try:
+        run_experiment(grid, out, lambda line: typer.echo(line), command)
+    except (StoreError, GridError, WarmupCacheError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, Terminated):
+        typer.echo(f"stopped: finished cells are kept in {out}; run the same command again to continue")
+        raise typer.Exit(130) from None
+
+
 def _validated(model_class: type, data: dict) -> Any:
     """``model_class`` validated from ``data``; each problem printed as ``error: field: reason``, exit 2."""
     from pydantic import ValidationError

@@ -317,11 +317,12 @@ def world(tmp_path_factory) -> Iterator[World]:
     finally:
         if far is not None and far.process.poll() is None:
             far.process.terminate()  # it shuts down while the others close
-        for extra in extras:
-            if extra.exception() is None:
-                dht = extra.result()
-                (dht if isinstance(dht, hivemind.DHT) else dht[0]).shutdown()
-        swarm.close()
+        bare = [extra.result() for extra in extras if extra.exception() is None]
+        bare = [dht if isinstance(dht, hivemind.DHT) else dht[0] for dht in bare]
+        with ThreadPoolExecutor(max(1, len(bare))) as pool:  # while the swarm closes
+            for dht in bare:
+                pool.submit(dht.shutdown)
+            swarm.close()
         if far is not None:
             far.stop()
 

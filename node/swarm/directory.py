@@ -3,7 +3,8 @@ owner's public key) and an announcement. An announcement counts only if it decod
 describes the very peer whose key signed it (its peer id derives from that key).
 
 All shard keys are read in one DHT traversal (``read_shards``, run inside the DHT process): one
-``get`` per shard would ask the same nearby peers once per key, and cost about twice the CPU.
+``get`` per shard would ask the same nearby peers once per key. Measured with 3 peers polling every
+0.5 s on 127.0.0.1: 17% of a core against 25–30% with 4 shards, 23% against 44% with 8.
 """
 
 from collections.abc import Iterable, Sequence

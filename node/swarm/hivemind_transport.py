@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 _HEADER = 8  # bytes of a sequence number or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
-_LAST_CALLS_S = 2.0  # how long close() waits for DHT calls in flight (see _stop)
+_LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop)
 
 
 def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
