@@ -156,6 +156,8 @@ def join_command(
     config_file: Annotated[Path | None, typer.Option("--config", help="A TOML config (see examples/).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Tiny name, folder or hub id.")] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", help="full or lora.")] = None,
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank r (default 128).")] = None,
+    lora_alpha: Annotated[float | None, typer.Option("--lora-alpha", help="LoRA alpha (default 256).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
     run_id: RunId = None,
     identity: Annotated[Path | None, typer.Option("--identity", help="Key file: a stable peer id.")] = None,
@@ -184,7 +186,7 @@ def join_command(
     if resume and config_file is None:
         base = _checkpoint_config(out)
     overrides = {
-        "model": {"name": model, "adapter": adapter},
+        "model": {"name": model, "adapter": adapter, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
         "task": {"name": task},
         "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs},
         "metrics": {"display": display},

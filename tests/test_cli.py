@@ -118,3 +118,20 @@ def test_join_refuses_chat_template_on_for_a_model_without_one_before_joining(tm
     result = runner.invoke(app, ["join", "--config", str(config), "--out", str(tmp_path / "out"), "--rounds", "1"])
     assert result.exit_code == 1, result.output
     assert any(line.startswith("error: ") and "chat template" in line for line in result.stderr.splitlines())
+
+
+def test_join_lora_options_reach_the_config(tmp_path, monkeypatch):
+    """--lora-rank and --lora-alpha override the config file's model section (checked where the node is built)."""
+    from ftis.node.runner import join
+
+    seen = {}
+
+    def fake_build_node(config, echo=None):
+        seen["model"] = config.model
+        raise KeyboardInterrupt  # stop before anything is started
+
+    monkeypatch.setattr(join, "build_node", fake_build_node)
+    result = runner.invoke(app, ["join", "--adapter", "lora", "--lora-rank", "16", "--lora-alpha", "8",
+                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (seen["model"].adapter, seen["model"].lora_rank, seen["model"].lora_alpha) == ("lora", 16, 8.0)
