@@ -107,3 +107,15 @@ def _reap_hivemind_processes(request: pytest.FixtureRequest):
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     reap(stray_processes())  # a last sweep, in case a module ended abnormally
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """Tiny models on a 2-core machine run several times faster on one thread than on torch's default
+    (threads contend with each other and with the other tests' processes); every test gets one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

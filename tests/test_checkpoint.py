@@ -64,14 +64,6 @@ def assert_same_optimizer_state(a: dict, b: dict) -> None:
             assert torch.equal(value, b["state"][key][name]), (key, name)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def torch_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A full node after two rounds, with checkpoints after round 1 and round 2 (in a module-wide folder

@@ -15,14 +15,6 @@ from ftis.node.tasks import ArithmeticTask
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _eval(*args: str):
     return runner.invoke(app, ["eval", *args])
 

@@ -26,14 +26,6 @@ from ftis.node.tasks.base import check_index
 MAX_NEW = 6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def policy():
     """A tiny model whose greedy completions differ between prompts (a freshly initialised one repeats

@@ -41,16 +41,6 @@ G = 4
 BATCH_SIZE = 5  # 16 rows → chunks of 5, 5, 5, 1: a prompt's G copies straddle chunks
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """A 32-wide model gains nothing from intra-op threads, and on a loaded machine their waiting made
-    these tests ten times slower (46 s against 4 s of test bodies)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model() -> LlamaForCausalLM:
     config = LlamaConfig(

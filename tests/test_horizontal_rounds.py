@@ -4,21 +4,12 @@ other's into one advantage group per prompt, trains on those, and its weights ch
 
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import torch
 from node_helpers import make_node
 
 from ftis.node.swarm.memory import MemoryHub
 
 ROUNDS, PROMPTS, SHARE = 3, 2, 4
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_two_nodes_train_on_merged_groups_of_shared_prompts():

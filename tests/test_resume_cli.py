@@ -100,14 +100,6 @@ def newest_trained_checkpoint(folder: Path) -> int | None:
     return manifest["round"] if manifest["policy_version"] > 0 else None
 
 
-@pytest.fixture(autouse=True)
-def torch_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_a_killed_node_resumes_from_its_checkpoint_with_the_same_round_and_optimizer_state(tmp_path):
     out = tmp_path / "node"
     config = write_config(tmp_path / "node.toml", digit_model(tmp_path / "digit-model"))

@@ -2,21 +2,11 @@
 deadline for each live peer's batch of the round, counts the peers that missed it, and falls into
 step with peers that are ahead."""
 
-import pytest
-import torch
 from node_helpers import make_node
 
 from ftis.node.swarm.memory import MemoryHub
 
 DEADLINE = 0.4
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def rounds_node(hub: MemoryHub, peer_id: str):

@@ -10,15 +10,7 @@ from ftis.node.config import NodeConfig
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 
 
-@pytest.fixture(scope="module")
-def torch_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_two_heterogeneous_nodes_train_on_each_others_groups(torch_threads):
+def test_two_heterogeneous_nodes_train_on_each_others_groups():
     hub = MemoryHub()
     small = make_node(hub, "small", "tiny-small", "full", seed=1)
     medium = make_node(hub, "medium", "tiny-medium", "lora", seed=2)
@@ -45,7 +37,7 @@ def test_two_heterogeneous_nodes_train_on_each_others_groups(torch_threads):
     assert np.isfinite([r.step.loss for rs in reports.values() for r in rs]).all()
 
 
-def test_join_builds_a_node_from_config_and_writes_metrics(tmp_path, torch_threads):
+def test_join_builds_a_node_from_config_and_writes_metrics(tmp_path):
     import json
 
     from ftis.node.runner.join import build_node, run_node

@@ -23,14 +23,6 @@ SPEC = WarmupSpec("tiny-small", seed=0, data=ArithmeticSettings(max_digits=1, op
 PROBE = torch.tensor([[14, 24, 15, 17, 26], [19, 24, 12, 26, 2]])  # (B=2, T=5): "4+5=" style ids
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(autouse=True)
 def no_home_cache(tmp_path, monkeypatch):
     """Whatever a test forgets to pass, nothing lands in the real ~/.cache."""

@@ -14,14 +14,6 @@ from ftis.node.warmup.train import completion_loss, cosine_lr
 ONE_DIGIT_ADDITION = ArithmeticSettings(max_digits=1, operations="+")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_every_answer_format_has_a_demonstration():
     assert set(DEMONSTRATIONS) == set(FORMATS)
 
