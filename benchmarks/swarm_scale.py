@@ -87,21 +87,16 @@ def instrument(transport, calls: Calls) -> None:
 
     def wrap(method, log: list):
         def call(*args, **kwargs):
+            started = time.monotonic()
             future = method(*args, **kwargs)
-            if not kwargs.get("return_future"):
-                return future
+            if kwargs.get("return_future"):  # the transport awaits the future itself: time it on completion
 
-            async def timed():
-                started = time.monotonic()
-                try:
-                    result = await future
-                except BaseException:
-                    log.append((time.monotonic(), time.monotonic() - started, False))
-                    raise
-                log.append((time.monotonic(), time.monotonic() - started, result is not False))
-                return result
+                def done(future) -> None:  # runs on hivemind's future thread
+                    ok = not future.cancelled() and future.exception() is None and future.result() is not False
+                    log.append((time.monotonic(), time.monotonic() - started, ok))
 
-            return timed()
+                future.add_done_callback(done)
+            return future
 
         return call
 
@@ -332,7 +327,7 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
             missing += sum(peers - 1 - h for h in have)
         result.missing = missing
         result.converge_latencies = [latency for _, _, latency in deliveries]
-        result.all_have_all_s = max(at for _, at, _ in deliveries) - moment  # of those delivered
+        result.all_have_all_s = max((at for _, at, _ in deliveries), default=math.nan) - moment  # of those delivered
 
         # 3. memory
         hosts = [psutil.Process(worker.process.pid) for worker in workers]

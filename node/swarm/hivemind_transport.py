@@ -196,25 +196,27 @@ class HivemindTransport:
         self._tasks = [asyncio.create_task(self._announcer()), asyncio.create_task(self._poller())]
 
     async def _stop(self) -> None:
-        for task in [*self._tasks, *self._fetches]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._fetches, return_exceptions=True)
-        # A DHT call the cancelled tasks were awaiting still gets its answer, and hivemind then wakes this
-        # loop for it: let that happen while the loop runs, or it leaves a never-finished task behind.
-        pending = [future for future in self._dht_calls if not future.done()]
-        if pending:
-            await asyncio.wait([asyncio.create_task(_settled(future)) for future in pending], timeout=_LAST_CALLS_S)
-        with contextlib.suppress(Exception):
-            await self._p2p.remove_binary_stream_handler(self._handler)
-        # The replica's own tasks (handler listener, daemon connection reader/writer) would stay pending
-        # on this loop and be destroyed with "Event loop is closed" tracebacks once the transport is
-        # garbage-collected: close the replica (p2pd goes with the DHT) and let every task here finish.
-        with contextlib.suppress(Exception):
-            await self._p2p.shutdown()
-        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in others:
-            task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
+        try:
+            for task in [*self._tasks, *self._fetches]:
+                task.cancel()
+            await asyncio.gather(*self._tasks, *self._fetches, return_exceptions=True)
+            # A DHT call the cancelled tasks were awaiting still gets its answer, and hivemind then wakes
+            # this loop for it: let that happen while the loop runs, or it leaves a never-finished task.
+            pending = [future for future in self._dht_calls if not future.done()]
+            if pending:
+                await asyncio.wait([asyncio.create_task(_settled(f)) for f in pending], timeout=_LAST_CALLS_S)
+            with contextlib.suppress(Exception):
+                await self._p2p.remove_binary_stream_handler(self._handler)
+        finally:
+            # The replica's own tasks (handler listener, daemon connection reader/writer) would stay pending
+            # on this loop and be destroyed with "Event loop is closed" tracebacks once the loop is closed:
+            # close the replica (p2pd goes with the DHT) and let every task here finish, whatever happened.
+            with contextlib.suppress(Exception):
+                await self._p2p.shutdown()
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
     async def _dht_call(self, future: MPFuture) -> object:
         """The result of a DHT call made with ``return_future=True``; ``_stop`` waits for it if need be."""
