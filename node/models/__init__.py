@@ -10,6 +10,7 @@ Files:
                     tokenizer, fingerprint), full fine-tuning or a peft LoRA adapter.
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
                     the adapter for LoRA, plus the tokenizer), written atomically.
+- ``quiet.py``      ``no_progress_bars``: transformers' bars off while a local folder is read or written.
 
 Importing this package imports torch, transformers and tokenizers: import it inside the commands
 that need a model, not at the top of the CLI.

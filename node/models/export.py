@@ -17,20 +17,18 @@ Atomic: everything is written into a temporary sibling folder, which is then ren
 a half-written one; between the two renames the folder is briefly absent.
 """
 
-import contextlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.utils import logging as hf_logging
 
 from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, ModelLoadError, Policy, load_policy
+from ftis.node.models.quiet import no_progress_bars
 
 POLICY_FILE = "ftis_policy.json"
 EXPORT_FORMAT = 1
@@ -81,21 +79,10 @@ def read_export_record(folder: str | Path) -> dict[str, Any]:
 
 
 def _write(policy: Policy, staging: Path, policy_version: int | None) -> None:
-    with _no_progress_bars():  # a node exports often; transformers' "Writing model shards" bar is noise
+    with no_progress_bars():  # a node exports often; transformers' "Writing model shards" bar is noise
         _write_weights(policy, staging)
     policy.tokenizer.save_pretrained(staging)
     _write_record(policy, staging, policy_version)
-
-
-@contextlib.contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
 
 
 def _write_weights(policy: Policy, staging: Path) -> None:

@@ -40,6 +40,7 @@ import transformers
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ftis.node.models.quiet import no_progress_bars
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 
@@ -148,7 +149,8 @@ def _load(model: str, *, dtype: Dtype, seed: int, revision: str | None, trainabl
         if (path / "adapter_config.json").is_file():
             return _load_lora_folder(path, dtype=dtype, seed=seed, trainable=trainable_adapter)
         if (path / "config.json").is_file():
-            return _Loaded(_from_pretrained(str(path), dtype, None), AutoTokenizer.from_pretrained(str(path)), None)
+            with no_progress_bars():  # a local folder loads at once
+                return _Loaded(_from_pretrained(str(path), dtype, None), AutoTokenizer.from_pretrained(str(path)), None)
         raise NotAModelError(f"{model} is not a model folder: it has neither config.json nor adapter_config.json")
     if model.startswith("tiny-"):
         raise UnknownModelError(f"unknown tiny model {model!r}; the built-in ones are {', '.join(TINY_MODELS)}")
