@@ -150,6 +150,28 @@ def status_command(
     typer.echo(members_table(members, config.run_id))
 
 
+@app.command("identity")
+def identity_command(
+    path: Annotated[Path, typer.Argument(help="An identity key file; created (mode 0400) if it does not exist.")],
+    maddr: Annotated[str | None, typer.Option(
+        "--maddr", help="Print this address with /p2p/<peer id> appended: the full multiaddr peers join with.")
+    ] = None,
+) -> None:
+    """Print the peer id an identity file gives (e.g. a bootstrap's, before it starts, or in a container)."""
+    from hivemind.p2p import PeerID
+
+    from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
+
+    try:
+        key_file = ensure_identity(path)
+        signing_key(key_file)  # IdentityError for a file that holds no RSA identity key
+        peer_id = PeerID.from_identity(key_file.read_bytes()).to_base58()
+    except IdentityError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(peer_id if maddr is None else f"{maddr.rstrip('/')}/p2p/{peer_id}")
+
+
 @app.command("join")
 def join_command(
     peer: Annotated[list[str] | None, typer.Option("--peer", help="Full multiaddr of any member (repeatable).")] = None,
@@ -162,6 +184,12 @@ def join_command(
     run_id: RunId = None,
     identity: Annotated[Path | None, typer.Option("--identity", help="Key file: a stable peer id.")] = None,
     host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help="Listen here.")] = None,
+    announce_maddrs: Annotated[
+        list[str] | None, typer.Option("--announce-maddrs", help="Advertise these public addresses (repeatable).")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Generation: transformers (default) or vllm (GPU, [vllm] extra).")
+    ] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help="Stop after this many rounds.")] = None,
     out: Annotated[
         Path, typer.Option("--out", help="The node's folder: metrics, TensorBoard events, checkpoints, export.")
@@ -188,7 +216,9 @@ def join_command(
     overrides = {
         "model": {"name": model, "adapter": adapter, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
         "task": {"name": task},
-        "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs},
+        "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs,
+                  "announce_maddrs": announce_maddrs},
+        "generation": {"backend": backend},
         "metrics": {"display": display},
     }
     data = base.model_dump()
@@ -196,6 +226,7 @@ def join_command(
         data[section].update({key: value for key, value in values.items() if value is not None})
     config = _validated(NodeConfig, data)
     exit_on_sigterm()
+    from ftis.node.generation.types import GenerationBackendError
     from ftis.node.models import ModelLoadError
     from ftis.node.runner.checkpoint import CheckpointError
     from ftis.node.runner.evaluation import EvalError
@@ -208,7 +239,8 @@ def join_command(
         node = build_node(config, echo=lambda line: typer.echo(line))
         run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
     except (SwarmError, CheckpointError, TaskError, EvalError, WarmupCacheError, ModelLoadError,
-            ChatTemplateError) as error:  # TaskError: no such split; ModelLoadError: no such model
+            ChatTemplateError, GenerationBackendError) as error:
+        # TaskError: no such split; ModelLoadError: no such model; GenerationBackendError: no vLLM, a failed sync
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     except (KeyboardInterrupt, Terminated):
@@ -282,7 +314,7 @@ def demo_command(
     from ftis.node.warmup.cache import WarmupCacheError
 
     exit_on_sigterm()
-    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display)
+    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display, started=_STARTED)
     try:
         run_demo(request, lambda line: typer.echo(line))
     except ConfigError as error:
@@ -304,7 +336,7 @@ def experiment_command(
                      ] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per cell (overrides the grid).")
                       ] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="The grid's [quick] settings: a smoke test of every "
+    quick: Annotated[bool, typer.Option("--quick", help="The grid's quick settings: a smoke test of every "
                                         "condition in about a minute.")] = False,
     config_file: Annotated[Path | None, typer.Option(
         "--config", help="A whole grid of your own (default: the packaged grid.toml; copy it and edit).")] = None,

@@ -158,8 +158,37 @@ class TaskConfig(_Section):
     )
 
 
+class VllmConfig(_Section):
+    """The vLLM generation backend (``generation.backend = "vllm"``: the ``[vllm]`` extra, a GPU). The engine runs
+    in the node's process on the trainer's GPU and takes the trainer's weights after every optimizer step."""
+
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, lt=1, description="Fraction of the GPU's total memory vLLM takes (its weights and KV cache); the "
+        "trainer, loaded first, uses the rest."
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="The engine's weights' dtype (the trainer's is model.dtype)."
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="Longest prompt + completion the engine serves; unset: the model's own maximum."
+    )
+    enforce_eager: bool = Field(False, description="No CUDA graphs: faster start-up, slower decoding.")
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse a prompt's KV cache across its G completions (emptied at every weight sync)."
+    )
+    scratch_dir: Path | None = Field(
+        None, description="Where the engine's starting export and each version's LoRA adapter are written; unset: "
+        "a temporary folder, removed at exit."
+    )
+
+
 class GenerationConfig(_Section):
     """Sampling this node's own groups."""
+
+    backend: Literal["transformers", "vllm"] = Field(
+        "transformers", description='"transformers": the built-in sampling loop (CPU or GPU); "vllm": a vLLM engine '
+        "beside the trainer on its GPU, synced to the trainer's weights after every step ([generation.vllm])."
+    )
 
     prompts_per_round: int = Field(8, ge=1, description="Prompts (groups) generated per round.")
     group_size: int = Field(
@@ -169,7 +198,10 @@ class GenerationConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper).")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off.")
     max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")
-    batch_size: int = Field(64, ge=1, description="Sequences per generation forward pass.")
+    batch_size: int = Field(
+        64, ge=1, description="Sequences per generation forward pass (transformers; vLLM batches by itself)."
+    )
+    vllm: VllmConfig = Field(default_factory=VllmConfig, description="The vLLM backend's settings.")
 
 
 class MixConfig(_Section):

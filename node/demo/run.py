@@ -50,6 +50,7 @@ class DemoRequest:
     rounds: int | None = None  # overrides [demo] rounds
     solo: bool | None = None  # overrides [demo] solo
     view: str = "auto"  # auto | table | lines
+    started: float | None = None  # time.monotonic() when the command started (the wall time printed counts from it)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class DemoResult:
 def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
     """Run the demo; ``ConfigError`` for bad settings, ``DemoError`` when a process fails or the folder
     is taken. Ctrl-C and SIGTERM propagate after every child has been stopped."""
-    started = time.monotonic()
+    started = time.monotonic() if request.started is None else request.started
     config = _with_overrides(load_demo_config(request.config), request)
     out = request.out or Path("runs") / "demo" / time.strftime("%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
@@ -72,7 +73,7 @@ def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
     nodes = config.node_configs()
     settings = config.node_settings()
     echo(f"ftis-node demo: {len(nodes)} nodes, {config.demo.rounds} rounds each; everything goes into {out}")
-    warm_up(nodes, echo)
+    warm_up(nodes, config.demo.threads_per_node, echo)
     warmed = time.monotonic()
     children = Children(config.demo.stop_timeout_s, echo)
     view = make_view(request.view, config.demo.rounds, echo)
@@ -112,12 +113,17 @@ def replace_demo(config: DemoConfig, **changes: object) -> DemoConfig:
     return DemoConfig.model_validate({**config.model_dump(), "demo": {**config.demo.model_dump(), **changes}})
 
 
-def warm_up(nodes: Mapping[str, NodeConfig], echo: Callable[[str], None]) -> None:
-    """Train (or find in the cache) every distinct warm start the nodes ask for, once each."""
+def warm_up(nodes: Mapping[str, NodeConfig], threads: int, echo: Callable[[str], None]) -> None:
+    """Train (or find in the cache) every distinct warm start the nodes ask for, once each, on ``threads``
+    torch threads (tiny models gain nothing from more, and lose much when other work shares the cores)."""
     recipes = {name: config for name, config in nodes.items() if config.model.warmup.steps}
     if not recipes:
         return
+    import torch
+
     from ftis.node.warmup import cache_key, cache_root, warm_start, warmup_spec
+
+    torch.set_num_threads(threads)
 
     done: set[tuple[Path, str]] = set()
     for name, config in recipes.items():

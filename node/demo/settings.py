@@ -40,7 +40,8 @@ class DemoSection(BaseModel):
     )
     run_id: str = Field("ftis-local-demo", pattern=RUN_ID_PATTERN, description="The swarm's run id.")
     threads_per_node: int = Field(
-        1, ge=1, description="torch threads of each node process (OMP_NUM_THREADS): three nodes share a few cores."
+        1, ge=1, description="torch threads of each node process (OMP_NUM_THREADS) and of the warm-up: three nodes "
+        "share a few cores."
     )
     start_timeout_s: float = Field(120.0, gt=0, description="The bootstrap peer must print its address by then.")
     stop_timeout_s: float = Field(

@@ -76,10 +76,16 @@ def _mean(values: Sequence[float]) -> float | None:
 
 HEADERS = ("node", "model", "rounds", "accuracy start", "accuracy end", "change", "mean (all evals)",
            "solo end", "solo mean", "peer groups used", "filtered", "IS w", "sent", "recv")
+_SOLO = ("solo end", "solo mean")
+# The terminal's table: shorter headers, without the rounds (in the title) and the traffic (the live table
+# showed it), so that it fits a 100-column terminal.
+_TERMINAL = {"node": "node", "model": "model", "accuracy start": "acc\nstart",
+             "accuracy end": "acc\nend", "change": "change", "mean (all evals)": "mean\nacc", "solo end": "solo\nend",
+             "solo mean": "solo\nmean", "peer groups used": "peer\ngroups", "filtered": "filtered"}
 
 
-def cells(row: NodeSummary) -> list[str]:
-    return [
+def cells(row: NodeSummary) -> dict[str, str]:
+    values = [
         row.name, f"{row.model} ({row.adapter})", str(row.rounds),
         _accuracy(row.start_accuracy), _accuracy(row.end_accuracy), _signed(row.change), _accuracy(row.mean_accuracy),
         _accuracy(row.solo_end_accuracy), _accuracy(row.solo_mean_accuracy),
@@ -88,29 +94,30 @@ def cells(row: NodeSummary) -> list[str]:
         "-" if row.is_weight_mean is None else f"{row.is_weight_mean:.2f}",
         size(row.bytes_sent), size(row.bytes_received),
     ]
+    return dict(zip(HEADERS, values, strict=True))
 
 
 def rich_table(rows: Sequence[NodeSummary], solo_ran: bool) -> Table:
     """The summary for the terminal; the solo columns only when the baseline ran."""
-    table = Table(title="ftis-node demo: held-out greedy accuracy, start vs end",
+    rounds = "/".join(str(count) for count in sorted({row.rounds for row in rows}))
+    table = Table(title=f"ftis-node demo: held-out greedy accuracy, start vs end of {rounds} rounds",
                   caption=None if solo_ran else SOLO_NOT_RUN, box=box.SIMPLE_HEAD, show_edge=False,
                   header_style="bold")
-    keep = _columns(solo_ran)
-    for index in keep:
-        table.add_column(HEADERS[index], justify="left" if index < 2 else "right", no_wrap=True)
+    keep = [header for header in _columns(solo_ran) if header in _TERMINAL]
+    for header in keep:
+        table.add_column(_TERMINAL[header], justify="left" if header in ("node", "model") else "right", no_wrap=True)
     for row in rows:
         values = cells(row)
-        table.add_row(*(values[index] for index in keep))
+        table.add_row(*(values[header] for header in keep))
     return table
 
 
 def markdown(rows: Sequence[NodeSummary], solo_ran: bool) -> str:
     keep = _columns(solo_ran)
-    lines = ["| " + " | ".join(HEADERS[index] for index in keep) + " |",
-             "|" + "|".join("---" for _ in keep) + "|"]
+    lines = ["| " + " | ".join(keep) + " |", "|" + "|".join("---" for _ in keep) + "|"]
     for row in rows:
         values = cells(row)
-        lines.append("| " + " | ".join(values[index] for index in keep) + " |")
+        lines.append("| " + " | ".join(values[header] for header in keep) + " |")
     if not solo_ran:
         lines += ["", SOLO_NOT_RUN]
     return "\n".join(lines) + "\n"
@@ -120,9 +127,8 @@ def as_json(rows: Sequence[NodeSummary], solo_ran: bool) -> dict[str, Any]:
     return {"solo_ran": solo_ran, "nodes": [asdict(row) | {"change": row.change} for row in rows]}
 
 
-def _columns(solo_ran: bool) -> list[int]:
-    solo = {HEADERS.index("solo end"), HEADERS.index("solo mean")}
-    return [index for index in range(len(HEADERS)) if solo_ran or index not in solo]
+def _columns(solo_ran: bool) -> list[str]:
+    return [header for header in HEADERS if solo_ran or header not in _SOLO]
 
 
 def _accuracy(value: float | None) -> str:

@@ -22,6 +22,18 @@ from ftis.protocol import Completion, SamplingSettings
 FinishReason = Literal["stop", "length"]
 
 
+class GenerationBackendError(RuntimeError):
+    """A generation backend that cannot serve: not installed, misconfigured, or failing mid-run."""
+
+
+class BackendUnavailableError(GenerationBackendError):
+    """The backend named cannot be used here (e.g. vLLM is not installed, or too old)."""
+
+
+class WeightSyncError(GenerationBackendError):
+    """The engine could not take the trainer's new weights: nothing is generated with the old ones."""
+
+
 @dataclass(frozen=True, eq=False)
 class GeneratedCompletion:
     """One sampled completion. ``finish_reason`` is "stop" when the generator sampled an end-of-sequence
@@ -43,7 +55,7 @@ class GeneratedCompletion:
 
 class Generator(Protocol):
     """Samples groups of completions. Implementations: ``TransformersGenerator`` (``hf.py``),
-    ``FakeGenerator`` (``fake.py``), and later the vLLM backend."""
+    ``VllmGenerator`` (``vllm_backend.py``), ``FakeGenerator`` (``fake.py``)."""
 
     policy_version: int  # the optimizer steps of the weights it generates with; whoever updates them sets it
 
@@ -98,8 +110,15 @@ def _fake(**kwargs) -> Generator:
     return FakeGenerator(**kwargs)
 
 
+def _vllm(**kwargs) -> Generator:
+    from ftis.node.generation.vllm_backend import VllmGenerator
+
+    return VllmGenerator(**kwargs)
+
+
 GENERATORS: dict[str, Callable[..., Generator]] = {
     "transformers": _transformers,  # TransformersGenerator(model, eos_token_ids=..., pad_token_id=..., batch_size=...)
+    "vllm": _vllm,  # VllmGenerator(policy, settings=VllmConfig(...), eos_token_ids=..., seed=...)
     "fake": _fake,  # FakeGenerator(vocab_size=..., eos_token_id=..., mean_length=..., policy_seed=...)
 }
 

@@ -38,9 +38,15 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
                              seed=m.seed, revision=m.revision)
     uses_chat_template(policy.tokenizer, m.chat_template)  # a bad setting fails here, before the swarm is joined
     task = build_task(config.task)
-    generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                      pad_token_id=policy.tokenizer.pad_token_id,
-                                      batch_size=config.generation.batch_size)
+    if config.generation.backend == "vllm":  # the engine starts now, on the trainer's GPU, from its weights
+        from ftis.node.generation.vllm_backend import VllmGenerator
+
+        generator = VllmGenerator(policy, config.generation.vllm, eos_token_ids=policy.tokenizer.eos_token_id,
+                                  seed=m.seed)
+    else:
+        generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
+                                          pad_token_id=policy.tokenizer.pad_token_id,
+                                          batch_size=config.generation.batch_size)
     if transport_factory is None:
         from ftis.node.swarm.hivemind_transport import HivemindTransport
 

@@ -1,0 +1,220 @@
+"""The experiment's grid: which models, which conditions, how long, and every node's settings.
+
+    grid = load_grid()                      # the packaged default, ``grid.toml`` beside this file
+    grid = load_grid(Path("my-grid.toml"))  # a whole grid of your own (copy grid.toml and edit it)
+    grid = grid.adjusted(quick=True, seeds=None, rounds=None)
+    for cell in grid.cells(): ...           # (condition, seed), seed-major: seed 0 of every condition first
+    config = grid.node_config("generalist", "ftis", seed=1, model_path=warm_folder)
+
+A cell is one condition at one seed. A ``swarm`` condition trains every model together over one
+in-memory swarm with its loss variant and grouping; a solo condition (``swarm = false``) trains each
+model alone. Pairing: at seed ``s`` the model at position ``i`` of ``[models]`` gets model seed
+``1000 s + i`` in every condition (its problem order, sampling seeds and LoRA initialisation), and
+every model starts from the same warm start in every cell (seeded by ``warmup_seed``, as a paper's runs
+all start from one pretrained checkpoint), so a condition and the reference differ only in what the
+condition changes.
+
+A cell's *fingerprint* hashes everything that decides its result (the node settings, the models, the
+condition, rounds, evaluation, the warm-up seed) but not the number of seeds nor the other conditions:
+more seeds or another condition later reuse the cells already done, while a cell of other settings is
+never mistaken for one of these.
+"""
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ftis.node.config import LossVariant, NodeConfig, WarmupConfig
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$"  # labels become file names and run ids
+SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's position
+
+
+class GridError(ValueError):
+    """A grid file that cannot be read or does not describe a runnable grid; the message says why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Section):
+    """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic."""
+
+    name: Literal["tiny-small", "tiny-medium", "tiny-large"] = Field(description="The built-in tiny model.")
+    adapter: Literal["full", "lora"] = Field("full", description="Full fine-tuning, or a LoRA adapter on the base.")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank (LoRA models only).")
+    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (LoRA models only).")
+    learning_rate: float = Field(gt=0, description="AdamW learning rate of its GRPO steps.")
+    warmup: WarmupConfig = Field(description="Its supervised warm start; ``arithmetic`` sets its data mix "
+                                 "(a specialist's differs from the generalist's).")
+
+    @model_validator(mode="after")
+    def _warmed(self) -> "ModelSpec":
+        if self.warmup.steps < 1:
+            raise ValueError("warmup.steps must be at least 1: a cold tiny model scores 0 and learns nothing")
+        return self
+
+
+class Condition(_Section):
+    """How the models train in one condition."""
+
+    swarm: bool = Field(True, description="Train all models together over one swarm; false: each alone (on-policy).")
+    variant: LossVariant = Field("ftis", description="The loss variant (nois, vis, tis, ftis, fvis).")
+    grouping: Literal["vertical", "horizontal"] = Field(
+        "vertical", description="Advantage groups: each node's own (vertical) or merged across nodes per shared "
+        "prompt (horizontal; its node settings usually change group_size to G/k)."
+    )
+    node: dict[str, Any] = Field(
+        default_factory=dict, description="Node settings laid over the grid's [node] for this condition only."
+    )
+
+    @model_validator(mode="after")
+    def _solo_is_vertical(self) -> "Condition":
+        if not self.swarm and self.grouping == "horizontal":
+            raise ValueError("horizontal grouping needs a swarm (swarm = true)")
+        return self
+
+
+class QuickSettings(_Section):
+    """What ``--quick`` replaces: a smoke test of every condition in about a minute."""
+
+    seeds: int = Field(ge=1, description="Seeds.")
+    rounds: int = Field(ge=1, description="Rounds per cell.")
+    eval_every: int = Field(ge=1, description="Rounds between evaluations.")
+    eval_problems: int = Field(ge=1, description="Problems per evaluation and split.")
+    warmup_steps: int = Field(ge=1, description="Every model's warm-up steps.")
+
+
+class Grid(_Section):
+    """The whole experiment."""
+
+    seeds: int = Field(ge=1, description="Seeds per condition (cells are paired by seed).")
+    rounds: int = Field(ge=1, description="Rounds per cell: one optimizer step each, for every node.")
+    eval_every: int = Field(ge=1, description="Greedy evaluation at round 0, every N rounds, and after the last.")
+    eval_problems: int = Field(ge=1, description="Problems per evaluation, in-distribution and OOD each.")
+    id_split: str = Field("test", description="The in-distribution held-out split.")
+    ood_split: str = Field("ood", description="The out-of-distribution split.")
+    warmup_seed: int = Field(0, description="Seeds every model's warm start (one per model, shared by all cells).")
+    reference: str = Field(description="The condition paired differences are taken against (a solo one).")
+    node: dict[str, Any] = Field(default_factory=dict, description="Every node's settings (a partial node config).")
+    models: dict[str, ModelSpec] = Field(min_length=1, description="The models, by label.")
+    conditions: dict[str, Condition] = Field(min_length=1, description="The conditions, by name.")
+    quick: QuickSettings = Field(description="The --quick grid.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Grid":
+        for kind, names in (("model", self.models), ("condition", self.conditions)):
+            for name in names:
+                if not re.match(NAME_PATTERN, name):
+                    raise ValueError(f"{kind} name {name!r} must match {NAME_PATTERN} (it names files)")
+        reference = self.conditions.get(self.reference)
+        if reference is None or reference.swarm:
+            raise ValueError(f"reference {self.reference!r} must name a solo condition (swarm = false)")
+        for key in ("model", "swarm"):
+            if key in self.node:
+                raise ValueError(f"[node.{key}] is set by the experiment itself: use [models] instead")
+        return self
+
+    def adjusted(self, *, quick: bool = False, seeds: int | None = None, rounds: int | None = None) -> "Grid":
+        """This grid with ``--quick`` applied, then ``--seeds`` / ``--rounds`` (None: unchanged)."""
+        data = self.model_dump()
+        if quick:
+            q = self.quick
+            data.update(seeds=q.seeds, rounds=q.rounds, eval_every=q.eval_every, eval_problems=q.eval_problems)
+            for spec in data["models"].values():
+                spec["warmup"]["steps"] = q.warmup_steps
+        data.update({key: value for key, value in (("seeds", seeds), ("rounds", rounds)) if value is not None})
+        return _validate(data, "the adjusted grid")
+
+    def cells(self) -> list["Cell"]:
+        """Every (condition, seed), seed-major: an interrupted grid has whole seeds to compare."""
+        return [Cell(condition, seed) for seed in range(self.seeds) for condition in self.conditions]
+
+    def model_seed(self, label: str, seed: int) -> int:
+        return SEED_STRIDE * seed + list(self.models).index(label)
+
+    def node_config(self, label: str, condition: str, seed: int, model_path: Path) -> NodeConfig:
+        """The config of model ``label``'s node in cell (``condition``, ``seed``), loading its warm start
+        from ``model_path``. Raises ``GridError`` when the settings do not make a valid node config."""
+        spec, cond = self.models[label], self.conditions[condition]
+        data = _merged(self.node, cond.node)
+        data = _merged(data, {
+            "model": {"name": str(model_path), "adapter": spec.adapter, "lora_rank": spec.lora_rank,
+                      "lora_alpha": spec.lora_alpha, "seed": self.model_seed(label, seed)},
+            "trainer": {"learning_rate": spec.learning_rate},
+            "loss": {"variant": cond.variant},
+            "loop": {"mode": "rounds", "grouping": cond.grouping, "swarm_seed": seed},
+            "swarm": {"run_id": f"exp-{condition}-s{seed}"},
+        })
+        try:
+            return NodeConfig.model_validate(data)
+        except ValidationError as error:
+            raise GridError(f"model {label!r} in condition {condition!r}: {_problems(error)}") from None
+
+    def fingerprint(self, condition: str) -> str:
+        """What decides a cell of ``condition`` (any seed), hashed; see the module docstring."""
+        decisive = self.model_dump(mode="json", exclude={"seeds", "conditions", "quick", "reference"})
+        decisive["condition"] = self.conditions[condition].model_dump(mode="json")
+        blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def check_node_configs(self) -> None:
+        """Build every node config once (with a stand-in model path), so a bad setting fails before any run."""
+        for condition in self.conditions:
+            for label in self.models:
+                self.node_config(label, condition, 0, Path("model"))
+
+
+@dataclass(frozen=True)
+class Cell:
+    condition: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.condition}/seed-{self.seed}"
+
+
+def default_grid_path() -> Path:
+    return Path(str(resources.files("ftis.node.experiment") / "grid.toml"))
+
+
+def load_grid(path: Path | None = None) -> Grid:
+    """The grid in ``path`` (default: the packaged ``grid.toml``); ``GridError`` says what is wrong."""
+    path = path or default_grid_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise GridError(f"{path}: cannot read ({error.strerror})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise GridError(f"{path}: not valid TOML ({error})") from None
+    grid = _validate(data, str(path))
+    grid.check_node_configs()
+    return grid
+
+
+def _validate(data: dict[str, Any], where: str) -> Grid:
+    try:
+        return Grid.model_validate(data)
+    except ValidationError as error:
+        raise GridError(f"{where}: {_problems(error)}") from None
+
+
+def _problems(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors())
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``, tables merged key by key (values of ``over`` win)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

@@ -1,0 +1,116 @@
+"""Nodes stepped in lockstep in one process: every node of a swarm runs its round in a thread of its own,
+and publishing waits until all of them have published, so each node's step trains on exactly its peers'
+batches of the same round.
+
+    swarms = [[node_a, node_b, node_c]]            # built on LockstepSwarm(...).transport(...)
+    reports = step_round([node_a, node_b, node_c])  # one round of each, in parallel; reports in order
+
+Why threads and a barrier rather than calling the nodes one after another: called in turn, the first node
+of a round would train on its peers' batches of the previous round and the last on this round's, an
+asymmetry the grid must not carry. With the barrier the exchange is the one a ``rounds``-mode swarm over
+the network has, without its waiting: the in-memory transport applies the same checks to the same wire
+bytes, so this is the networked node's code minus the network. The threads also use both cores: torch
+releases the GIL inside its kernels (run with ``torch.set_num_threads(1)`` so the threads do not
+oversubscribe the cores).
+
+Reproducibility: each node draws from its own seeded generators, so a cell's result does not depend on
+thread timing, except for the order in which peers' groups enter a step (the mix orders them by batch
+creation time), which changes floating-point summation order only.
+"""
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from ftis.node.config import SwarmConfig
+from ftis.node.runner.node import Node, RoundReport
+from ftis.node.swarm.inbox import InboxLimits
+from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.swarm.transport import ReceivedBatch, TransportStats
+from ftis.protocol import RolloutBatch
+from ftis.protocol.announcement import BatchDescriptor
+
+T = TypeVar("T")
+BARRIER_TIMEOUT_S = 600.0  # a node that has not published after this long is stuck: fail the round
+
+
+class LockstepError(RuntimeError):
+    """A node of the swarm failed or stalled during a round; the message names it."""
+
+
+class LockstepSwarm:
+    """One in-memory swarm of ``size`` nodes whose publishes meet at a barrier each round."""
+
+    def __init__(self, size: int, swarm: SwarmConfig):
+        self.hub = MemoryHub()
+        self.barrier = threading.Barrier(size, timeout=BARRIER_TIMEOUT_S)
+        self._limits = InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches,
+                                   swarm.max_buffered_bytes)
+        self._run_id = swarm.run_id
+
+    def transport(self, peer_id: str, tokenizer: str) -> "LockstepTransport":
+        return LockstepTransport(MemoryTransport(self.hub, self._run_id, peer_id, tokenizer, self._limits),
+                                 self.barrier)
+
+
+class LockstepTransport:
+    """A ``MemoryTransport`` whose ``publish`` returns once every node of the swarm has published."""
+
+    def __init__(self, inner: MemoryTransport, barrier: threading.Barrier):
+        self._inner, self._barrier = inner, barrier
+
+    @property
+    def peer_id(self) -> str:
+        return self._inner.peer_id
+
+    def publish(self, batch: RolloutBatch) -> BatchDescriptor:
+        descriptor = self._inner.publish(batch)
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise LockstepError(f"{self.peer_id}: a peer failed or stalled before publishing round {batch.seq}") \
+                from None
+        return descriptor
+
+    def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        return self._inner.receive(max_batches)
+
+    def members(self):
+        return self._inner.members()
+
+    def stats(self) -> TransportStats:
+        return self._inner.stats()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def step_round(nodes: Sequence[Node], barriers: Sequence[threading.Barrier] = ()) -> list[RoundReport]:
+    """One round of every node, each in its own thread; the reports in the nodes' order. If a node raises,
+    ``barriers`` are broken so that its peers stop waiting, and the first error is raised here."""
+    return in_parallel([node.run_round for node in nodes], barriers)
+
+
+def in_parallel(calls: Sequence[Callable[[], T]], barriers: Sequence[threading.Barrier] = ()) -> list[T]:
+    """``calls`` run at once, one thread each; their results in order. The first error (other than a
+    ``LockstepError`` it caused in a peer) is raised once all threads are done; ``barriers`` are broken
+    when one fails. Daemon threads: Ctrl-C in the caller is not held up by a running node."""
+    results: list[T | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            results[k] = calls[k]()
+        except BaseException as error:  # re-raised in the caller's thread below
+            errors.append(error)
+            for barrier in barriers:
+                barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(k,), name=f"lockstep-{k}", daemon=True) for k in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise next((e for e in errors if not isinstance(e, LockstepError)), errors[0])
+    return results  # type: ignore[return-value]  # every slot was filled: no call raised

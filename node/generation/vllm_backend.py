@@ -1,0 +1,216 @@
+"""The vLLM generation backend: ``VllmGenerator``, the ``Generator`` of a vLLM engine on the trainer's GPU.
+
+    generator = VllmGenerator(policy, VllmConfig(gpu_memory_utilization=0.3), seed=0)
+    groups = generator.generate(prompts, num_completions=8, sampling=SamplingSettings(1.0, 1.0, 0, 256), seed=step)
+    generator.policy_version = trainer.policy_version  # after each optimizer step, as the node does
+
+Needs the ``[vllm]`` extra (vLLM ≥ 0.10.2) and a GPU; importing this module imports neither vLLM nor
+torch's CUDA side — the engine starts when the generator is built (``vllm_engine.py`` says which options
+and why, notably ``logprobs_mode="processed_logprobs"``).
+
+**A request.** Each prompt becomes one vLLM request for G samples (``SamplingParams(n=G)``) with the
+node's temperature, top-p and top-k (vLLM's "off" is -1), ``max_tokens = max_new_tokens``, the sampled
+token's log-prob only (``logprobs=0``), the end-of-sequence ids as stop tokens, and no detokenisation.
+With a seed, prompt i gets seed b + i·G, where b is drawn from the seed: vLLM seeds sample j of a request
+with (its seed + j), so every sample of a call has a seed of its own. vLLM's sampler draws with its own
+kernels, so a seed reproduces vLLM's samples (on one engine, for one batch), not the transformers backend's.
+
+**What comes back.** Per sample: its token ids, each one's log-prob under the distribution it was drawn
+from (logits / T, then top-k and top-p, renormalised: ``processed_logprobs``), and the finish reason —
+"stop" when the last id is one of the stop ids (the model's end-of-sequence ids: those given, plus the
+ones its generation config names, at which vLLM stops too), "length" when ``max_new_tokens`` (or the
+engine's ``max_model_len``) cut it. Anything else — an aborted request, missing or non-finite log-probs —
+raises ``VllmOutputError``: a batch with made-up log-probs must not reach the swarm.
+
+**Weights.** The engine starts with the policy's weights (an export, ``vllm_engine.py``). The node sets
+``policy_version`` after every optimizer step; the next ``generate`` first brings the engine to that version
+(``vllm_sync.py``: full weights in place, or the new LoRA adapter) and only then samples, so generation never
+uses stale weights; a failed sync raises ``WeightSyncError`` and nothing is generated. ``stats()`` says
+how many syncs ran, how long they took, the version the engine holds, and ``stale_generations`` — calls that
+sampled with weights older than ``policy_version`` (0 unless that guarantee broke).
+"""
+
+import shutil
+import tempfile
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ftis.node.config import VllmConfig
+from ftis.node.generation.types import GeneratedCompletion, GenerationBackendError, check_request
+from ftis.protocol import SamplingSettings
+
+
+class VllmOutputError(GenerationBackendError):
+    """vLLM returned a sample this backend cannot vouch for (no log-probs, an aborted request, ...)."""
+
+
+@dataclass(frozen=True)
+class VllmStats:
+    engine_policy_version: int | None  # the version whose weights the engine holds (None: none yet, LoRA)
+    weight_syncs: int
+    weight_sync_seconds: float  # all syncs together
+    generations: int  # generate calls
+    stale_generations: int  # generate calls that sampled with weights older than policy_version
+
+
+class VllmGenerator:
+    """The ``Generator`` over a vLLM engine holding ``policy``'s weights (see the module docstring)."""
+
+    def __init__(
+        self,
+        policy: Any,
+        settings: VllmConfig | None = None,
+        *,
+        eos_token_ids: int | Sequence[int] | None = None,
+        seed: int = 0,
+        policy_version: int = 0,
+    ):
+        from ftis.node.generation.vllm_engine import import_vllm, start_engine
+        from ftis.node.generation.vllm_sync import FullWeightSync, LoraWeightSync
+
+        settings = settings or VllmConfig()
+        self._vllm = import_vllm()  # refuses a missing or too old vLLM before anything is written
+        self.stop_ids = stop_token_ids(policy.model, eos_token_ids)
+        if settings.scratch_dir is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix="ftis-vllm-"))
+            self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, ignore_errors=True)
+        else:
+            self.scratch = Path(settings.scratch_dir).expanduser()
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            self._remove_scratch = None
+        self.llm = start_engine(policy, settings, self.scratch, seed, policy_version)
+        if policy.adapter == "full":
+            self._sync: Any = FullWeightSync(self.llm, policy.model)
+            self._engine_version: int | None = policy_version  # started from an export of these weights
+        else:
+            from vllm.lora.request import LoRARequest
+
+            self._sync = LoraWeightSync(self.llm, policy.model, self.scratch, LoRARequest)
+            self._engine_version = None  # the base alone: the first generate adds the adapter
+        self._policy_version = policy_version
+        self._syncs, self._sync_seconds, self._generations, self._stale = 0, 0.0, 0, 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        """The trainer's weights are now this version: the next ``generate`` syncs the engine first."""
+        self._policy_version = int(version)
+
+    def sync_weights(self) -> None:
+        """Bring the engine to ``policy_version`` now, if it is not there (``generate`` does it anyway)."""
+        if self._engine_version == self._policy_version:
+            return
+        from ftis.node.generation.vllm_sync import timed_sync
+
+        self._engine_version = None  # until the sync has finished, the engine's weights are nobody's version
+        self._sync_seconds += timed_sync(self._sync, self._policy_version)
+        self._syncs += 1
+        self._engine_version = self._policy_version
+
+    def generate(
+        self,
+        prompts: list[np.ndarray],
+        num_completions: int,
+        sampling: SamplingSettings,
+        seed: int | None = None,
+    ) -> list[list[GeneratedCompletion]]:
+        check_request(prompts, num_completions, sampling)
+        self.sync_weights()
+        seeds = request_seeds(seed, len(prompts), num_completions)
+        params = [self._sampling_params(num_completions, sampling, s) for s in seeds]
+        requests = [{"prompt_token_ids": [int(t) for t in prompt]} for prompt in prompts]
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._sync.lora_request)
+        self._generations += 1
+        if self._engine_version != self._policy_version:
+            self._stale += 1
+        if len(outputs) != len(prompts):
+            raise VllmOutputError(f"vLLM answered {len(outputs)} of {len(prompts)} requests")
+        return [self._group(output, num_completions, sampling.max_new_tokens) for output in outputs]
+
+    def stats(self) -> VllmStats:
+        return VllmStats(self._engine_version, self._syncs, self._sync_seconds, self._generations, self._stale)
+
+    def close(self) -> None:
+        """Drop the engine (its GPU memory goes with the last reference) and the scratch folder if it is ours."""
+        self._sync.close()
+        self.llm = None
+        if self._remove_scratch is not None:
+            self._remove_scratch()
+
+    def _sampling_params(self, n: int, sampling: SamplingSettings, seed: int | None) -> Any:
+        return self._vllm.SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,  # -1 is "off" in every vLLM; 0 only in newer ones
+            seed=seed,
+            max_tokens=sampling.max_new_tokens,
+            logprobs=0,  # the sampled token's log-prob, nothing more
+            stop_token_ids=sorted(self.stop_ids),
+            detokenize=False,
+        )
+
+    def _group(self, output: Any, num_completions: int, max_new_tokens: int) -> list[GeneratedCompletion]:
+        samples = sorted(output.outputs, key=lambda sample: sample.index)
+        if len(samples) != num_completions:
+            raise VllmOutputError(f"vLLM returned {len(samples)} samples for a request of {num_completions}")
+        return [to_generated(sample, self.stop_ids, max_new_tokens) for sample in samples]
+
+
+def to_generated(sample: Any, stop_ids: frozenset[int], max_new_tokens: int) -> GeneratedCompletion:
+    """One vLLM ``CompletionOutput`` as a ``GeneratedCompletion`` (see "What comes back" above)."""
+    token_ids = np.asarray(list(sample.token_ids), dtype=np.int64)
+    n = token_ids.shape[0]
+    if not 1 <= n <= max_new_tokens:
+        raise VllmOutputError(f"a sample of {n} tokens (max_new_tokens {max_new_tokens})")
+    per_position = sample.logprobs
+    if per_position is None or len(per_position) != n:
+        raise VllmOutputError(f"vLLM returned {0 if per_position is None else len(per_position)} log-probs "
+                              f"for {n} tokens (were they requested?)")
+    try:
+        values = np.array([per_position[t][int(token)].logprob for t, token in enumerate(token_ids)], np.float64)
+    except KeyError as error:
+        raise VllmOutputError(f"vLLM returned no log-prob for sampled token {error}") from None
+    if not np.isfinite(values).all():
+        raise VllmOutputError("vLLM returned a non-finite log-prob for a sampled token")
+    reason = sample.finish_reason
+    if reason not in ("stop", "length"):
+        raise VllmOutputError(f"a sample finished with {reason!r} (aborted?)")
+    is_stop = np.isin(token_ids, sorted(stop_ids))  # (n,)
+    if is_stop[:-1].any() or bool(is_stop[-1]) != (reason == "stop"):
+        raise VllmOutputError(f"a sample finished with {reason!r} but its stop ids {sorted(stop_ids)} are "
+                              "elsewhere than exactly at its end")
+    # A log-softmax is ≤ 0; float rounding may leave +1e-7 on a near-certain token, which the wire refuses.
+    return GeneratedCompletion(token_ids, np.minimum(values, 0.0).astype(np.float32), reason)
+
+
+def request_seeds(seed: int | None, num_prompts: int, num_completions: int) -> list[int | None]:
+    """Each request's seed: b + i·G for prompt i, b drawn from ``seed`` (None: vLLM draws fresh ones)."""
+    if seed is None:
+        return [None] * num_prompts
+    base = int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0])
+    return [base + i * num_completions for i in range(num_prompts)]
+
+
+def stop_token_ids(model: Any, eos_token_ids: int | Sequence[int] | None) -> frozenset[int]:
+    """The ids vLLM stops at: those given, plus the end-of-sequence ids of the model's generation config and
+    config (vLLM reads the generation config's and stops there whatever the request says)."""
+    given = [] if eos_token_ids is None else [eos_token_ids] if isinstance(eos_token_ids, int | np.integer) \
+        else list(eos_token_ids)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    found: list[int] = [int(i) for i in given]
+    for config in (getattr(base, "generation_config", None), getattr(base, "config", None)):
+        ids = getattr(config, "eos_token_id", None)
+        if ids is not None:
+            found += [int(ids)] if isinstance(ids, int | np.integer) else [int(i) for i in ids]
+    if not found:
+        raise ValueError("no eos_token_ids given and the model's config names none")
+    return frozenset(found)

@@ -1,0 +1,116 @@
+"""Bringing the vLLM engine's weights to the trainer's after an optimizer step.
+
+    sync = FullWeightSync(llm, policy.model)          # or LoraWeightSync(llm, policy.model, scratch, LoRARequest)
+    sync.sync(policy_version=7)
+    llm.generate(prompts, params, lora_request=sync.lora_request)
+
+- **Full fine-tuning**: the trainer's parameters go straight into the engine's model, in place, through
+  the model's own ``load_weights`` (the loader vLLM uses for a checkpoint: it maps Hugging Face names onto
+  its fused layers, e.g. q/k/v onto ``qkv_proj``, and casts to the engine's dtype) run inside the engine
+  by ``LLM.apply_model``. In-process (``vllm_engine.py``) that is a GPU-to-GPU copy: nothing is written
+  to disk. Parameters are named as ``named_parameters()`` gives them — tied embeddings once, as a
+  checkpoint holds them.
+- **LoRA**: the base never changes; the adapter of each version is written (``save_pretrained``, into a
+  hidden folder then renamed) to ``scratch/lora-v<version>``, registered with the engine under a new
+  integer id (``LoRARequest``: vLLM caches adapters by id, so a reused id would serve the old weights),
+  and the previous one is removed from the engine and the disk.
+
+Either way the engine's prefix cache is then reset: cached KV blocks were computed with the old weights.
+"""
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ftis.node.generation.types import WeightSyncError
+
+
+class FullWeightSync:
+    """Copies every parameter of the trainer's model into the engine's model."""
+
+    lora_request = None  # full fine-tuning generates with the engine's own weights
+
+    def __init__(self, llm: Any, model: torch.nn.Module):
+        self.llm, self.model = llm, model
+        self.loaded_names = 0  # engine parameters the last sync wrote (as vLLM reports them)
+
+    def sync(self, policy_version: int) -> None:
+        weights = [(name, parameter.detach()) for name, parameter in self.model.named_parameters()]
+        try:
+            results = self.llm.apply_model(lambda engine_model: _load_weights(engine_model, weights))
+        except Exception as error:  # whatever the loader raises, the engine now holds unknown weights
+            raise WeightSyncError(f"loading policy v{policy_version}'s weights into vLLM failed: {error}") from error
+        loaded = results[0] if results else None
+        if isinstance(loaded, set):  # vLLM's loaders report the parameters they wrote
+            if not loaded:
+                raise WeightSyncError(f"vLLM's loader took none of the {len(weights)} weights of policy "
+                                      f"v{policy_version} (names it does not know?)")
+            self.loaded_names = len(loaded)
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        pass
+
+
+def _load_weights(engine_model: torch.nn.Module, weights: list[tuple[str, torch.Tensor]]) -> Any:
+    """Runs inside the engine (``apply_model``): its model's checkpoint loader over the trainer's tensors."""
+    with torch.no_grad():
+        return engine_model.load_weights(iter(weights))
+
+
+class LoraWeightSync:
+    """Hands the engine the adapter of each policy version, as a new LoRA under a new id."""
+
+    def __init__(self, llm: Any, model: Any, scratch: Path, lora_request_class: type):
+        self.llm, self.model, self.scratch, self._request_class = llm, model, scratch, lora_request_class
+        self.lora_request: Any = None  # the current version's LoRARequest; None before the first sync
+        self._next_id = 1  # vLLM wants ids ≥ 1, unique per adapter
+
+    def sync(self, policy_version: int) -> None:
+        folder = self.scratch / f"lora-v{policy_version:08d}-{self._next_id}"
+        self._write_adapter(folder)
+        request = self._request_class(lora_name=f"ftis-v{policy_version}", lora_int_id=self._next_id,
+                                      lora_path=str(folder))
+        self._next_id += 1
+        previous = self.lora_request
+        engine = self.llm.llm_engine
+        if previous is not None:
+            engine.remove_lora(previous.lora_int_id)  # max_loras = 1: make room before adding
+        try:
+            engine.add_lora(request)  # loads it now, so a broken adapter fails here and not mid-generation
+        except Exception as error:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.lora_request = None
+            raise WeightSyncError(f"vLLM refused the LoRA adapter of policy v{policy_version}: {error}") from error
+        self.lora_request = request
+        if previous is not None:
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+
+    def _write_adapter(self, folder: Path) -> None:
+        staging = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            # save_embedding_layers=False: "auto" asks the hub whether the vocabulary changed; this LoRA never
+            # adapts the embeddings, and the node may be offline.
+            self.model.save_pretrained(staging, save_embedding_layers=False)
+            staging.rename(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def close(self) -> None:
+        if self.lora_request is not None:
+            shutil.rmtree(self.lora_request.lora_path, ignore_errors=True)
+
+
+def timed_sync(sync: FullWeightSync | LoraWeightSync, policy_version: int) -> float:
+    """Run one sync; its seconds (on a GPU, after the copies have finished)."""
+    started = time.perf_counter()
+    sync.sync(policy_version)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - started

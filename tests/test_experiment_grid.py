@@ -1,0 +1,113 @@
+"""The experiment's grid: the packaged default covers what the paper compares, ``--quick`` and the overrides
+apply, cells are paired by seed, fingerprints separate settings but not seed counts, bad grids are refused."""
+
+from pathlib import Path
+
+import pytest
+
+from ftis.node.experiment.grid import GridError, load_grid
+
+GRID = load_grid()
+
+
+def test_the_default_grid_has_every_condition_of_the_paper_and_three_seeds():
+    assert GRID.seeds >= 3
+    variants = {c.variant for c in GRID.conditions.values() if c.swarm and c.grouping == "vertical"}
+    assert variants == {"nois", "vis", "tis", "ftis", "fvis"}
+    assert any(c.swarm and c.variant == "ftis" and c.grouping == "horizontal" for c in GRID.conditions.values())
+    assert not GRID.conditions[GRID.reference].swarm
+    assert len(GRID.cells()) == GRID.seeds * len(GRID.conditions)
+
+
+def test_the_default_grid_has_all_three_kinds_of_heterogeneity():
+    specs = list(GRID.models.values())
+    assert len({s.name for s in specs}) >= 2  # size
+    assert {s.adapter for s in specs} == {"full", "lora"}  # PEFT
+    same_base = [s for s in specs if s.name == specs[0].name and s.adapter == specs[0].adapter]
+    assert len({str(s.warmup.arithmetic) for s in same_base}) >= 2  # specialisation: one base, two data mixes
+
+
+def test_quick_and_the_overrides():
+    quick = GRID.adjusted(quick=True)
+    assert (quick.seeds, quick.rounds) == (GRID.quick.seeds, GRID.quick.rounds)
+    assert all(s.warmup.steps == GRID.quick.warmup_steps for s in quick.models.values())
+    assert list(quick.conditions) == list(GRID.conditions)  # every condition is smoke-tested
+    custom = GRID.adjusted(quick=True, seeds=2, rounds=5)
+    assert (custom.seeds, custom.rounds) == (2, 5)
+
+
+def test_cells_are_seed_major_and_model_seeds_are_paired_across_conditions():
+    cells = GRID.cells()
+    assert [c.seed for c in cells[: len(GRID.conditions)]] == [0] * len(GRID.conditions)
+    for label in GRID.models:
+        seeds = {GRID.node_config(label, condition, 2, Path("m")).model.seed for condition in GRID.conditions}
+        assert len(seeds) == 1  # the same in every condition
+    assert len({GRID.model_seed(label, 1) for label in GRID.models}) == len(GRID.models)  # distinct per model
+
+
+def test_node_configs_carry_the_condition():
+    config = GRID.node_config("generalist", "ftis-horizontal", 1, Path("/w/generalist"))
+    assert config.loss.variant == "ftis" and config.loop.grouping == "horizontal" and config.loop.mode == "rounds"
+    assert config.loop.swarm_seed == 1 and config.model.name == "/w/generalist"
+    assert config.swarm.run_id == "exp-ftis-horizontal-s1"
+    assert GRID.node_config("large-lora", "nois", 0, Path("m")).model.adapter == "lora"
+
+
+def test_fingerprints_ignore_the_seed_count_but_not_the_settings():
+    assert GRID.fingerprint("ftis") == GRID.adjusted(seeds=7).fingerprint("ftis")
+    assert GRID.fingerprint("ftis") != GRID.adjusted(rounds=GRID.rounds + 1).fingerprint("ftis")
+    assert GRID.fingerprint("ftis") != GRID.fingerprint("tis")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "grid.toml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+seeds = 1
+rounds = 2
+eval_every = 1
+eval_problems = 4
+reference = "alone"
+[models.m]
+name = "tiny-small"
+learning_rate = 1e-4
+warmup = { steps = 2 }
+[conditions]
+alone = { swarm = false }
+together = { variant = "tis" }
+[quick]
+seeds = 1
+rounds = 1
+eval_every = 1
+eval_problems = 2
+warmup_steps = 1
+"""
+
+
+def test_a_minimal_grid_loads(tmp_path):
+    grid = load_grid(write(tmp_path, MINIMAL))
+    assert [c.name for c in grid.cells()] == ["alone/seed-0", "together/seed-0"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (('reference = "alone"', 'reference = "together"'), "must name a solo condition"),
+    (("together = {", 'side = { swarm = false, grouping = "horizontal" }\ntogether = {'), "horizontal grouping"),
+    (("[models.m]", "[node.model]\nname = 'x'\n[models.m]"), "set by the experiment"),
+    (("warmup = { steps = 2 }", "warmup = { steps = 0 }"), "warmup.steps"),
+    (("rounds = 2", "rounds = 2\ncolour = 'red'"), "colour"),
+    (("[conditions]", "[node.generation]\ngroup_size = 0\n[conditions]"), "generation.group_size"),
+    (("[models.m]", "[models.'bad name']"), "must match"),
+])
+def test_bad_grids_are_refused_with_the_reason(tmp_path, change, message):
+    with pytest.raises(GridError, match=message):
+        load_grid(write(tmp_path, MINIMAL.replace(*change)))
+
+
+def test_an_unreadable_grid_file_is_a_grid_error(tmp_path):
+    with pytest.raises(GridError, match="cannot read"):
+        load_grid(tmp_path / "missing.toml")
+    with pytest.raises(GridError, match="not valid TOML"):
+        load_grid(write(tmp_path, "seeds = ["))
