@@ -22,6 +22,7 @@ pytestmark = pytest.mark.hivemind
 TEST_DEMO = """
 [demo]
 rounds = 2
+solo = false                 # the short test turns it on with --solo
 run_id = "demo-test"
 stop_timeout_s = 20.0
 
@@ -131,6 +132,7 @@ def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, t
         solo_steps, solo_evaluations = metrics(out / "solo" / name)
         assert len(solo_steps) == 2 and len(solo_evaluations) == 3, name
         assert sum(record["peer_groups_received"] for record in solo_steps) == 0, f"{name} was not alone"
+        assert re.search(rf"^{name}-solo +round +1 ", output, re.MULTILINE), output
     summary = (out / "summary.md").read_text()
     for name in NODES:
         assert f"| {name} |" in summary

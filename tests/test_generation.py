@@ -100,9 +100,20 @@ def _available_backends() -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def servable_model(model) -> LlamaForCausalLM:
+    """The test model with 64-wide attention heads: vLLM's attention kernels take no 8-wide ones."""
+    torch.manual_seed(0)
+    wide = LlamaForCausalLM(LlamaConfig(**{**model.config.to_dict(), "head_dim": 64}))
+    wide.train()
+    return wide
+
+
 @pytest.fixture(params=_available_backends())
 def backend(request, model, monkeypatch) -> Backend:
-    return Backend(request.param, model, REAL_VLLM_TOLERANCE if request.param == "vllm" else TOLERANCE, monkeypatch)
+    if request.param == "vllm":
+        return Backend("vllm", request.getfixturevalue("servable_model"), REAL_VLLM_TOLERANCE, monkeypatch)
+    return Backend(request.param, model, TOLERANCE, monkeypatch)
 
 
 def generate(backend: Backend, sampling: SamplingSettings, seed: int | None = 1,

@@ -281,6 +281,21 @@ def test_a_failed_sync_raises_generates_nothing_and_is_tried_again(stand_in, mon
     assert generator.stats().engine_policy_version == 1 and events(engine, "generate") == [("generate", 1, None)]
 
 
+def test_a_prefix_cache_that_cannot_be_emptied_or_a_refused_adapter_fails_the_sync(stand_in, monkeypatch):
+    """Cached prompt KV blocks of the old weights would be stale weights by another name."""
+    sampling = SamplingSettings(1.0, 1.0, 0, 4)
+    generator = VllmGenerator(wide_policy(), VllmConfig())
+    monkeypatch.setattr(stand_in.LLM, "reset_prefix_cache", lambda self, *args: False)
+    generator.policy_version = 1
+    with pytest.raises(WeightSyncError, match="prefix cache"):
+        generator.generate(PROMPTS, G, sampling)
+    lora = VllmGenerator(load_policy("tiny-small", adapter="lora", lora_rank=8, lora_alpha=16), VllmConfig())
+    monkeypatch.setattr(vllm_stand_in._Engine, "add_lora", lambda self, request: False)
+    with pytest.raises(WeightSyncError, match="refused the LoRA adapter"):
+        lora.generate(PROMPTS, G, sampling)
+    assert lora.stats().engine_policy_version is None and not list(lora.scratch.glob("lora-*"))
+
+
 def test_a_nodes_rounds_generate_with_the_weights_of_the_version_they_publish(stand_in):
     """End to end: each round's batch says which policy version generated it, and it is the engine's."""
     config = NodeConfig.model_validate({

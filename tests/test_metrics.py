@@ -146,3 +146,28 @@ def test_tensorboard_can_be_switched_off(tmp_path):
     metrics.record(report(0))
     metrics.close()
     assert not (tmp_path / "tensorboard").exists() and (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_backends_counters_become_generator_fields_and_scalars():
+    from dataclasses import dataclass, replace
+
+    from ftis.node.runner.node import _generator_stats
+
+    @dataclass
+    class Counters:
+        weight_syncs: int
+        stale_generations: int
+        engine_policy_version: int | None
+
+    class Backend:
+        def stats(self) -> Counters:
+            return Counters(weight_syncs=3, stale_generations=0, engine_policy_version=None)
+
+    assert _generator_stats(object()) == {}  # the transformers backend keeps none
+    counters = _generator_stats(Backend())
+    record = report_record(replace(report(transport=BEFORE), generator=counters))
+    assert (record["generator_weight_syncs"], record["generator_stale_generations"]) == (3, 0)
+    assert record["generator_engine_policy_version"] is None
+    scalars = tensorboard_scalars(record)
+    assert scalars["generator/weight_syncs"] == 3.0 and scalars["generator/stale_generations"] == 0.0
+    assert "generator/engine_policy_version" not in scalars  # unknown: left out

@@ -83,16 +83,13 @@ def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
                                    child_env(config.demo.threads_per_node))
         maddr = wait_for_maddr(bootstrap, config.demo.start_timeout_s)
         echo(f"bootstrap peer up (pid {bootstrap.pid}): {maddr}")
-        folders = {name: out / name for name in nodes}
-        paths = {name: write_node_config(folders[name], settings[name], config.demo.run_id, maddr) for name in nodes}
-        swarm = _run_nodes(config, nodes, folders, paths, maddr, children, view, bootstrap, echo)
+        swarm = _run_nodes(config, nodes, _swarm_phase(out, settings, config.demo.run_id, maddr), children, view,
+                           bootstrap)
         swarm_done = time.monotonic()
         if config.demo.solo:
             view.note(f"solo baseline: each node alone, on-policy, {config.demo.rounds} rounds")
-            folders = {name: out / SOLO / name for name in nodes}
-            paths = {name: write_node_config(folders[name], settings[name], f"{config.demo.run_id}-solo-{name}",
-                                             maddr, loop={"mode": "async", "min_peers": 0}) for name in nodes}
-            solo = _run_nodes(config, nodes, folders, paths, maddr, children, view, bootstrap, echo)
+            solo = _run_nodes(config, nodes, _solo_phase(out, settings, config.demo.run_id, maddr), children, view,
+                              bootstrap)
     finally:
         view.close()
         _stop_shielded(children)
@@ -137,19 +134,44 @@ def warm_up(nodes: Mapping[str, NodeConfig], threads: int, echo: Callable[[str],
         done.add((root, cache_key(spec)))
 
 
-def _run_nodes(config: DemoConfig, nodes: Mapping[str, NodeConfig], folders: Mapping[str, Path],
-               paths: Mapping[str, Path], maddr: str, children: Children, view: View, bootstrap: Child,
-               echo: Callable[[str], None]) -> dict[str, NodeProgress]:
+@dataclass(frozen=True)
+class _Phase:
+    """One set of node processes: the swarm, or the solo baseline."""
+
+    peer: str  # the bootstrap's address
+    labels: dict[str, str]  # node name -> the name the view shows
+    folders: dict[str, Path]
+    configs: dict[str, Path]  # each node's config file
+
+
+def _swarm_phase(out: Path, settings: Mapping[str, dict], run_id: str, maddr: str) -> _Phase:
+    folders = {name: out / name for name in settings}
+    return _Phase(maddr, {name: name for name in settings}, folders,
+                  {name: write_node_config(folders[name], settings[name], run_id, maddr) for name in settings})
+
+
+def _solo_phase(out: Path, settings: Mapping[str, dict], run_id: str, maddr: str) -> _Phase:
+    """Each node alone: a run id of its own (it sees no peer), and no waiting for peers."""
+    folders = {name: out / SOLO / name for name in settings}
+    return _Phase(maddr, {name: f"{name}-solo" for name in settings}, folders,
+                  {name: write_node_config(folders[name], settings[name], f"{run_id}-solo-{name}", maddr,
+                                           loop={"mode": "async", "min_peers": 0}) for name in settings})
+
+
+def _run_nodes(config: DemoConfig, nodes: Mapping[str, NodeConfig], phase: _Phase, children: Children, view: View,
+               bootstrap: Child) -> dict[str, NodeProgress]:
     """Start one ``ftis-node join`` per node, follow them until every one has finished its rounds."""
     env = child_env(config.demo.threads_per_node)
     started = {}
     for name in nodes:
-        started[name] = children.start(name, join_args(paths[name], maddr, folders[name], config.demo.rounds),
-                                       folders[name] / NODE_LOG, env)
-        view.note(f"{name}: {nodes[name].model.name} ({nodes[name].model.adapter}), pid {started[name].pid}, "
-                  f"folder {folders[name]}")
-    progress = {name: NodeProgress(name, nodes[name].model.name, nodes[name].model.adapter) for name in nodes}
-    followers = {name: MetricsFollower(folders[name] / "metrics.jsonl") for name in nodes}
+        label, folder = phase.labels[name], phase.folders[name]
+        started[name] = children.start(label, join_args(phase.configs[name], phase.peer, folder, config.demo.rounds),
+                                       folder / NODE_LOG, env)
+        view.note(f"{label}: {nodes[name].model.name} ({nodes[name].model.adapter}), pid {started[name].pid}, "
+                  f"folder {folder}")
+    progress = {name: NodeProgress(phase.labels[name], nodes[name].model.name, nodes[name].model.adapter)
+                for name in nodes}
+    followers = {name: MetricsFollower(phase.folders[name] / "metrics.jsonl") for name in nodes}
     while True:
         ended = {name: child.exit_status() for name, child in started.items()}
         new = []
@@ -157,12 +179,13 @@ def _run_nodes(config: DemoConfig, nodes: Mapping[str, NodeConfig], folders: Map
             for record in follower.read_new():
                 progress[name].add(record)
                 if is_step(record):
-                    new.append((name, record))
+                    new.append((phase.labels[name], record))
         view.show(list(progress.values()), new)
         for name, status in ended.items():
             if status not in (None, 0):
-                raise DemoError(f"node {name} (pid {started[name].pid}) exited with status {status}; the end of "
-                                f"{started[name].log}:\n{started[name].log_tail()}")
+                child = started[name]
+                raise DemoError(f"node {phase.labels[name]} (pid {child.pid}) exited with status {status}; the end "
+                                f"of {child.log}:\n{child.log_tail()}")
         if all(status == 0 for status in ended.values()):
             return progress
         if bootstrap.exit_status() is not None:

@@ -35,7 +35,7 @@ class DemoSection(BaseModel):
 
     rounds: int = Field(60, ge=1, description="Rounds every node runs (one optimizer step each).")
     solo: bool = Field(
-        False, description="Afterwards, run each node alone (on-policy, its own run) for as many rounds, from the "
+        True, description="Afterwards, run each node alone (on-policy, its own run) for as many rounds, from the "
         "same warm start and seed, and compare."
     )
     run_id: str = Field("ftis-local-demo", pattern=RUN_ID_PATTERN, description="The swarm's run id.")

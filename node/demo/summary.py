@@ -18,7 +18,7 @@ from rich.table import Table
 from ftis.node.demo.follow import NodeProgress
 from ftis.node.demo.view import size
 
-SOLO_NOT_RUN = "solo baseline: not run (`ftis-node demo --solo` adds it, which takes about as long again)"
+SOLO_NOT_RUN = "solo baseline: not run (`--no-solo` or `[demo] solo = false`)"
 
 
 @dataclass(frozen=True)

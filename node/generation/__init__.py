@@ -7,11 +7,16 @@ Files:
                 loop with a KV cache), ``processed_logprobs`` (the distribution a token is drawn from:
                 logits / T, top-k, top-p — the trainer's recompute uses it too), and ``greedy``
                 (argmax decoding for evaluation).
+- ``vllm_backend.py`` ``VllmGenerator``: the vLLM backend (needs the ``[vllm]`` extra and a GPU): requests, reading
+                vLLM's outputs (per-token processed log-probs), the stale-weight guard and its stats.
+- ``vllm_engine.py``  starting the engine: the vLLM version required, in-process mode, ``logprobs_mode``, the
+                memory share, the export of the current weights it starts from.
+- ``vllm_sync.py``    the weight sync after an optimizer step: full weights in place, or a new LoRA adapter per version.
 - ``fake.py``   ``FakeGenerator``: a fixed unigram policy in NumPy, for tests and demos with no model.
 
 The sampling settings are ``ftis.protocol.SamplingSettings``. Importing this package does not import
-torch or transformers: ``hf.py`` loads them, so import it directly (or build through
-``make_generator("transformers", ...)``).
+torch, transformers or vLLM: ``hf.py`` loads the first two, building a ``VllmGenerator`` the third, so import
+those modules directly (or build through ``make_generator("transformers" | "vllm", ...)``).
 """
 
 from ftis.node.generation.fake import FakeGenerator

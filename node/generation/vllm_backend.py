@@ -141,7 +141,7 @@ class VllmGenerator:
     def close(self) -> None:
         """Drop the engine (its GPU memory goes with the last reference) and the scratch folder if it is ours."""
         self._sync.close()
-        self.llm = None
+        self._sync.llm = self.llm = None
         if self._remove_scratch is not None:
             self._remove_scratch()
 

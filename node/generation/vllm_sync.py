@@ -50,7 +50,7 @@ class FullWeightSync:
                 raise WeightSyncError(f"vLLM's loader took none of the {len(weights)} weights of policy "
                                       f"v{policy_version} (names it does not know?)")
             self.loaded_names = len(loaded)
-        self.llm.reset_prefix_cache()
+        reset_prefix_cache(self.llm, policy_version)
 
     def close(self) -> None:
         pass
@@ -80,16 +80,19 @@ class LoraWeightSync:
         engine = self.llm.llm_engine
         if previous is not None:
             engine.remove_lora(previous.lora_int_id)  # max_loras = 1: make room before adding
+        self.lora_request = None
         try:
-            engine.add_lora(request)  # loads it now, so a broken adapter fails here and not mid-generation
+            added = engine.add_lora(request)  # loads it now, so a broken adapter fails here and not mid-generation
         except Exception as error:
+            added = error
+        if added is not True:
             shutil.rmtree(folder, ignore_errors=True)
-            self.lora_request = None
-            raise WeightSyncError(f"vLLM refused the LoRA adapter of policy v{policy_version}: {error}") from error
+            raise WeightSyncError(f"vLLM refused the LoRA adapter of policy v{policy_version}"
+                                  f"{': ' + str(added) if isinstance(added, Exception) else ''}")
         self.lora_request = request
         if previous is not None:
             shutil.rmtree(previous.lora_path, ignore_errors=True)
-        self.llm.reset_prefix_cache()
+        reset_prefix_cache(self.llm, policy_version)
 
     def _write_adapter(self, folder: Path) -> None:
         staging = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -105,6 +108,13 @@ class LoraWeightSync:
     def close(self) -> None:
         if self.lora_request is not None:
             shutil.rmtree(self.lora_request.lora_path, ignore_errors=True)
+
+
+def reset_prefix_cache(llm: Any, policy_version: int) -> None:
+    """Empty the engine's prefix cache: its KV blocks were computed with the old weights, and a prompt that hit
+    them would be read with those. vLLM answers False when it could not (requests still running)."""
+    if llm.reset_prefix_cache() is False:
+        raise WeightSyncError(f"vLLM could not empty its prefix cache for policy v{policy_version}")
 
 
 def timed_sync(sync: FullWeightSync | LoraWeightSync, policy_version: int) -> float:

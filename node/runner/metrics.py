@@ -54,6 +54,7 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
         "merged_groups": report.merged_groups,
         "merged_group_size": report.merged_group_size,
         "mismatched_groups": report.mismatched_groups,
+        **{f"generator_{key}": value for key, value in report.generator.items()},
         **{f"train_{key}": value for key, value in step.items()},
         "train_tokens_per_s": report.step.tokens_per_s,
         "bytes_sent": now.published_bytes - before.published_bytes,
@@ -133,6 +134,8 @@ def tensorboard_scalars(record: Mapping[str, Any]) -> dict[str, float]:
     scalars |= {f"groups/peer/{peer}": count for peer, count in record["peer_groups_by_peer"].items()}
     scalars |= {f"rejections/{reason}": count for reason, count in record["rejections"].items()}
     scalars["rejections/all"] = sum(record["rejections"].values())
+    scalars |= {f"generator/{key[len('generator_'):]}": value for key, value in record.items()
+                if key.startswith("generator_") and isinstance(value, int | float)}
     return {tag: float(value) for tag, value in scalars.items() if value is not None and math.isfinite(value)}
 
 

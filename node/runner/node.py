@@ -16,7 +16,7 @@ shared seed and the round number, and a prompt's completions from all nodes form
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -60,6 +60,7 @@ class RoundReport:
     merged_groups: int = 0  # horizontal grouping: advantage groups formed from more than one node's groups
     merged_group_size: float = float("nan")  # ...their mean number of completions (nan when none)
     mismatched_groups: int = 0  # ...peers' groups with a shared prompt's id but another task or prompt: apart
+    generator: dict[str, object] = field(default_factory=dict)  # the backend's own counters (vLLM: weight syncs...)
 
 
 class RoundInterrupted(RuntimeError):
@@ -141,6 +142,7 @@ class Node:
             merged_groups=merged.merged,
             merged_group_size=float(np.mean(merged.sizes)) if merged.sizes else float("nan"),
             mismatched_groups=merged.mismatched,
+            generator=_generator_stats(self.generator),
         )
         self.round += 1
         if rounds_mode:  # fall into step with peers that are ahead
@@ -244,6 +246,12 @@ class Node:
         )
         tokens = sum(c.num_tokens for generated in completions for c in generated)
         return _Own(batch, tokens, time.perf_counter() - started)
+
+
+def _generator_stats(generator: object) -> dict[str, object]:
+    """A backend's counters, for backends that keep some (vLLM: weight syncs, stale generations)."""
+    stats = getattr(generator, "stats", None)
+    return asdict(stats()) if callable(stats) else {}
 
 
 _ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while waiting (no network call)
