@@ -299,7 +299,8 @@ def demo_command(
     rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per node (overrides the config).")
                       ] = None,
     solo: Annotated[bool | None, typer.Option(
-        "--solo/--no-solo", help="Also run each node alone, on-policy, for as many rounds, and compare.")] = None,
+        "--solo/--no-solo", help="Afterwards run each node alone, on-policy, as many rounds, and compare "
+        "(default: the config's [demo] solo, on).")] = None,
     display: Annotated[str, typer.Option("--display", help="auto (a live table on a terminal), table or lines.")
                        ] = "auto",
 ) -> None:

@@ -1,13 +1,16 @@
 """The demo's settings: the packaged file describes the swarm the README promises, node tables merge over
 [common], bad files are refused before anything starts, and each node's file round-trips through TOML."""
 
+import signal
 import tomllib
 
 import pytest
+from typer.testing import CliRunner
 
+from ftis.node.cli import app
 from ftis.node.config import ConfigError, load_config
-from ftis.node.demo.launch import LOOPBACK, join_args, write_node_config
-from ftis.node.demo.run import DemoRequest, _with_overrides
+from ftis.node.demo.launch import LOOPBACK, DemoError, join_args, write_node_config
+from ftis.node.demo.run import DemoRequest, _with_overrides, run_demo
 from ftis.node.demo.settings import load_demo_config, merged
 from ftis.node.demo.toml_file import TomlWriteError, dumps
 
@@ -23,7 +26,7 @@ def test_the_packaged_demo_is_three_heterogeneous_tiny_nodes_on_arithmetic():
     assert all(node.task.name == "arithmetic" and node.model.warmup.steps > 0 for node in nodes.values())
     assert all(node.loop.mode == "rounds" and node.loop.min_peers == 2 for node in nodes.values())
     assert all(node.eval.every > 0 for node in nodes.values())
-    assert {node.trainer.learning_rate for node in nodes.values()} <= {1e-4, 5e-5, 3e-4, 3e-5}
+    assert all(node.trainer.learning_rate <= 3e-4 for node in nodes.values())  # 1e-3 collapsed the tiny models
     assert config.demo.rounds >= 20 and config.demo.threads_per_node == 1
 
 
@@ -82,3 +85,21 @@ def test_toml_writer_round_trips_and_refuses_what_toml_cannot_hold():
     assert tomllib.loads(dumps(data)) == data
     with pytest.raises(TomlWriteError, match=r"b\.c"):
         dumps({"b": {"c": None}})
+
+
+def test_the_command_refuses_a_bad_file_before_starting_anything(tmp_path):
+    previous = signal.getsignal(signal.SIGTERM)  # the command installs its SIGTERM handler in this process
+    try:
+        result = CliRunner().invoke(app, ["demo", "--config", str(write(tmp_path, "[nodes]\n")), "--out",
+                                          str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 2, result.output
+    assert "between 1 and 8 nodes" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_is_not_empty_is_refused(tmp_path):
+    (tmp_path / "earlier.txt").write_text("an earlier run")
+    with pytest.raises(DemoError, match="not empty"):
+        run_demo(DemoRequest(out=tmp_path), echo=lambda line: None)

@@ -25,7 +25,7 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
     matplotlib.use("Agg")  # a file, never a window; safe to call again
     import matplotlib.pyplot as plt
 
-    figure, (held_out, sampled) = plt.subplots(2, 1, figsize=(7.5, 7.0), dpi=120, sharex=True)
+    figure, (held_out, sampled) = plt.subplots(2, 1, figsize=(7.5, 7.5), dpi=120, sharex=True)
     try:
         for index, node in enumerate(nodes):
             colour, label = f"C{index % 10}", f"{node.name}: {node.model} ({node.adapter})"
@@ -45,8 +45,10 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
         sampled.set_xlabel("round (one F-TIS step each)")
         for axes in (held_out, sampled):
             axes.grid(alpha=0.3)
-        held_out.legend(fontsize="small", loc="best")
-        figure.tight_layout()
+        handles, labels = held_out.get_legend_handles_labels()
+        rows = (len(labels) + 1) // 2
+        figure.legend(handles, labels, loc="lower center", ncol=2, fontsize="small", frameon=False)
+        figure.tight_layout(rect=(0.0, 0.035 * rows, 1.0, 1.0))  # room for the legend below the panels
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, format="png")
     finally:
