@@ -3,7 +3,13 @@
 Files:
 - ``cli.py``     the ``ftis-node`` command line (thin: parse, build config, call one function).
 - ``config.py``  the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
+- ``signals.py`` SIGTERM raised as ``Terminated`` so commands stop like on Ctrl-C.
+- ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).
+- ``models/``, ``tasks/``, ``generation/``, ``trainer/``: the policy, tasks and rewards, sampling, the F-TIS step.
+- ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.
+- ``runner/``    a node's rounds, ``join``, checkpoints, evaluation, metrics and display.
+- ``warmup/``, ``demo/``, ``experiment/``: tiny models' warm start, ``ftis-node demo``, ``ftis-node experiment``.
 
 Importing this package imports nothing heavy: torch and hivemind load inside the modules that use
 them, so ``ftis-node --help`` stays instant.

@@ -361,15 +361,20 @@ class NodeConfig(_Section):
         return self
 
 
+def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:
+    """The TOML file ``path`` as a dict; ``error`` (a message naming the file) if unreadable or not TOML."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as problem:
+        raise error(f"{path}: cannot read ({problem.strerror})") from None
+    except tomllib.TOMLDecodeError as problem:
+        raise error(f"{path}: not valid TOML ({problem})") from None
+
+
 def load_config(path: str | Path) -> NodeConfig:
     """Read and validate a TOML config file; ``ConfigError`` says what is wrong and where."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML ({error})") from None
+    data = read_toml(path)
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as error:

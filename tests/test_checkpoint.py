@@ -110,7 +110,7 @@ def test_a_save_interrupted_midway_leaves_the_earlier_checkpoints_and_no_debris(
     def fsync_then_ctrl_c(path):
         raise KeyboardInterrupt  # after every file is written, before the rename
 
-    monkeypatch.setattr(ckpt, "_fsync_folder", fsync_then_ctrl_c)
+    monkeypatch.setattr(ckpt, "fsync_folder", fsync_then_ctrl_c)
     node.round += 1  # a new round to save (the state itself is unchanged)
     try:
         with pytest.raises(KeyboardInterrupt):

@@ -10,18 +10,13 @@ bootstrap's two runs (same identity file) make one test, and status runs in-proc
 import contextlib
 import json
 import os
-import queue
-import signal
 import stat
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
+from cli_process import CliProcess
 from swarm_helpers import TOKENIZER, make_batch
 from typer.testing import CliRunner
 
@@ -29,53 +24,8 @@ from ftis.node.cli import app
 
 pytestmark = pytest.mark.hivemind
 
-FTIS_NODE = str(Path(sys.executable).with_name("ftis-node"))  # the entry point installed beside this Python
-START_TIMEOUT_S = 90.0  # torch's import dominates; a loaded machine takes several times the ~4 s it takes idle
 RUN = "cli-test"
 runner = CliRunner()
-
-
-class Bootstrap:
-    """A running ``ftis-node bootstrap``; its output lines are collected as they come."""
-
-    def __init__(self, *args: str):
-        self.process = subprocess.Popen([FTIS_NODE, "bootstrap", *args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self._new: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line)
-            self._new.put(line)
-
-    def maddr(self) -> str:
-        """The first full multiaddr it prints for nodes to join with (``--peer .../p2p/<peer id>``)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                line = self._new.get(timeout=0.2)
-            except queue.Empty:
-                if self.process.poll() is not None:
-                    break
-                continue
-            if "--peer" in line and "/p2p/" in line:  # its own output, not a library's log line
-                return line.split()[-1]
-        self.process.kill()
-        pytest.fail(f"no multiaddr within {START_TIMEOUT_S:.0f} s:\n{''.join(self.lines)}")
-
-    def terminate(self) -> tuple[int, str]:
-        """SIGTERM; its exit status and everything it printed."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            status = self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            pytest.fail(f"still running 30 s after SIGTERM:\n{''.join(self.lines)}")
-        self._reader.join(10)  # it ends at the end of the output
-        return status, "".join(self.lines)
 
 
 def _running(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
@@ -104,7 +54,8 @@ def test_bootstrap_prints_its_address_keeps_its_identity_and_stops_cleanly_on_si
     identity = tmp_path / "keys" / "bootstrap.key"
     peer_ids = []
     for run in ("created", "reused"):
-        bootstrap = Bootstrap("--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--identity", str(identity), "--run-id", RUN)
+        bootstrap = CliProcess("bootstrap", "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--identity", str(identity),
+                               "--run-id", RUN)
         try:
             maddr = bootstrap.maddr()
             assert maddr.startswith("/ip4/127.0.0.1/tcp/") and "/p2p/Qm" in maddr, maddr

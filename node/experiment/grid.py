@@ -23,7 +23,6 @@ never mistaken for one of these.
 import hashlib
 import json
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ftis.node.config import LossVariant, NodeConfig, WarmupConfig
+from ftis.node.config import LossVariant, NodeConfig, WarmupConfig, read_toml
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$"  # labels become file names and run ids
 SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's position
@@ -190,12 +189,7 @@ def default_grid_path() -> Path:
 def load_grid(path: Path | None = None) -> Grid:
     """The grid in ``path`` (default: the packaged ``grid.toml``); ``GridError`` says what is wrong."""
     path = path or default_grid_path()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise GridError(f"{path}: cannot read ({error.strerror})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise GridError(f"{path}: not valid TOML ({error})") from None
+    data = read_toml(path, GridError)
     grid = _validate(data, str(path))
     grid.check_node_configs()
     return grid

@@ -18,7 +18,6 @@ a half-written one; between the two renames the folder is briefly absent.
 """
 
 import json
-import os
 import shutil
 import uuid
 from dataclasses import replace
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ftis.node.atomic import replace_folder
 from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, ModelLoadError, Policy, load_policy
 from ftis.node.models.quiet import no_progress_bars
 
@@ -44,7 +44,7 @@ def export_policy(policy: Policy, folder: str | Path, *, policy_version: int | N
     staging.mkdir()  # not mkdtemp: its mode 0700 would keep other users (a vLLM server) out
     try:
         _write(policy, staging, policy_version)
-        _replace(staging, folder)
+        replace_folder(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -123,18 +123,3 @@ def _save_lora_base(peft_model: Any, folder: Path) -> None:
     base.save_pretrained(folder, state_dict=state)
 
 
-def _replace(staging: Path, folder: Path) -> None:
-    """Rename ``staging`` to ``folder``; a directory cannot be renamed over a non-empty one, so the old
-    export is renamed aside first and deleted once the new one is in place."""
-    aside = None
-    if folder.exists():
-        aside = folder.with_name(f".{folder.name}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(folder, aside)
-    try:
-        os.rename(staging, folder)
-    except BaseException:
-        if aside is not None:
-            os.rename(aside, folder)  # put the old export back
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)

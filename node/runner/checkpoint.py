@@ -36,6 +36,7 @@ from typing import IO, Any
 
 import torch
 
+from ftis.node.atomic import fsync_folder, replace_folder
 from ftis.node.models import Policy
 from ftis.node.runner.node import Node, NodeState
 from ftis.node.runner.rng import RngState
@@ -141,8 +142,8 @@ def save_checkpoint(node: Node, folder: Path, keep_last: int) -> Path:
             "files": files,
         }
         _write(staging / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-        _fsync_folder(staging)
-        _install(staging, target)
+        fsync_folder(staging)
+        replace_folder(staging, target)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, OSError):  # a full disk, a read-only folder...
@@ -305,32 +306,6 @@ def _sha256(path: Path) -> str:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync_folder(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _install(staging: Path, target: Path) -> None:
-    """Rename ``staging`` to ``target``; an existing ``target`` (the same round written again, e.g. after
-    resuming from an older checkpoint) is renamed aside first and deleted once the new one is in place."""
-    aside = None
-    if target.exists():
-        aside = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
-        os.rename(target, aside)
-    try:
-        os.rename(staging, target)
-    except BaseException:
-        if aside is not None:
-            os.rename(aside, target)
-        raise
-    _fsync_folder(target.parent)
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _delete(path: Path) -> None:
