@@ -11,13 +11,17 @@ class Terminated(SystemExit):
 
 
 def exit_on_sigterm() -> None:
-    """Make SIGTERM raise ``Terminated`` (exit status 143) in the main thread."""
+    """Make SIGTERM raise ``Terminated`` (exit status 143) in the main thread, and SIGINT raise
+    ``KeyboardInterrupt`` even when the process was started with SIGINT ignored (a non-interactive
+    shell does that to a command it starts in the background with ``&``, and Python then installs no
+    handler): whoever signals a long-running command gets the same clean stop."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM kills at once
         raise Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stderr(message: str) -> None:
