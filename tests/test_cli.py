@@ -3,50 +3,19 @@
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from swarm_helpers import make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
-from ftis.protocol import (
-    PROTOCOL_VERSION,
-    Completion,
-    Group,
-    PolicyInfo,
-    RolloutBatch,
-    SamplingSettings,
-    TaskRef,
-    TokenizerInfo,
-    encode,
-)
+from ftis.protocol import PROTOCOL_VERSION, encode
 
 runner = CliRunner()
 
 
-def _batch() -> RolloutBatch:
-    rng = np.random.default_rng(7)
-    groups = tuple(
-        Group(
-            group_id=f"peer-a/0/{g}",
-            task=TaskRef("gsm8k", "train", g, "18"),
-            prompt_ids=rng.integers(0, 500, 12),
-            completions=tuple(
-                Completion(rng.integers(0, 500, 30), -rng.exponential(0.4, 30), float(c % 2), "stop")
-                for c in range(4)
-            ),
-        )
-        for g in range(2)
-    )
-    return RolloutBatch(
-        run_id="demo",
-        peer_id="peer-a",
-        seq=5,
-        created_at=1_790_000_000.0,
-        policy=PolicyInfo("tiny-small", "", "full", 3),
-        tokenizer=TokenizerInfo("sha256:abc", 500),
-        sampling=SamplingSettings(1.0, 1.0, 0, 64),
-        groups=groups,
-    )
+def _batch():
+    """A valid batch of peer ``peer-a``: 2 groups of 4 completions of a tiny-small policy at version 3."""
+    return make_batch("peer-a", 5, model="tiny-small", policy_version=3, groups=2, group_size=4)
 
 
 def test_help_imports_neither_torch_nor_hivemind():
@@ -72,15 +41,17 @@ def test_version_names_package_and_protocol():
 
 def test_inspect_summarizes_a_batch(tmp_path):
     path = tmp_path / "batch.msgpack"
-    data = encode(_batch())
+    batch = _batch()
+    data = encode(batch)
+    tokens = sum(c.num_tokens for group in batch.groups for c in group.completions)
     path.write_bytes(data)
     result = runner.invoke(app, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
     assert "peer-a" in result.output
     assert "tiny-small (full), version 3" in result.output
     assert "2 (sizes: 4 (×2))" in result.output
-    assert "240 completion + 24 prompt" in result.output
-    assert f"{len(data)} ({len(data) / 240:.2f} per completion token)" in result.output
+    assert f"{tokens} completion + {batch.num_prompt_tokens} prompt" in result.output
+    assert f"{len(data)} ({len(data) / tokens:.2f} per completion token)" in result.output
 
 
 def test_inspect_reports_the_typed_error_for_a_bad_batch(tmp_path):

@@ -4,6 +4,7 @@ apply, cells are paired by seed, fingerprints separate settings but not seed cou
 from pathlib import Path
 
 import pytest
+from experiment_grids import QUICK
 
 from ftis.node.experiment.grid import GridError, load_grid
 
@@ -78,13 +79,7 @@ warmup = { steps = 2 }
 [conditions]
 alone = { swarm = false }
 together = { variant = "tis" }
-[quick]
-seeds = 1
-rounds = 1
-eval_every = 1
-eval_problems = 2
-warmup_steps = 1
-"""
+""" + QUICK
 
 
 def test_a_minimal_grid_loads(tmp_path):

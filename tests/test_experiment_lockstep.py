@@ -4,7 +4,6 @@ without waiting out a deadline; a failing node fails the round instead of hangin
 import threading
 
 import pytest
-import torch
 from node_helpers import DigitTask
 
 from ftis.node.config import NodeConfig
@@ -12,14 +11,6 @@ from ftis.node.experiment.lockstep import LockstepSwarm, in_parallel, step_round
 from ftis.node.generation.hf import TransformersGenerator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def lockstep_node(swarm: LockstepSwarm, peer_id: str, prompts: int, seed: int) -> Node:

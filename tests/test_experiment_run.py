@@ -5,7 +5,7 @@ other settings is refused. Warm starts go into a temporary cache, never the home
 import json
 
 import pytest
-import torch
+from experiment_grids import QUICK
 from typer.testing import CliRunner
 
 import ftis.node.experiment.cell as cell_module
@@ -38,22 +38,12 @@ warmup = { steps = 2, batch_size = 4, eval_problems = 4, arithmetic = { operatio
 [conditions]
 alone = { swarm = false }
 together = { variant = "ftis" }
-[quick]
-seeds = 1
-rounds = 1
-eval_every = 1
-eval_problems = 2
-warmup_steps = 1
-"""
+""" + QUICK
 
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("FTIS_CACHE", str(tmp_path / "cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import struct
 from pathlib import Path
 
 import pytest
-import torch
 from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
@@ -110,7 +109,6 @@ def test_run_metrics_of_two_real_tiny_nodes(tmp_path):
     it received from the first, in the JSONL file, the event files and its summary lines."""
     from ftis.node.runner.join import build_node
 
-    torch.set_num_threads(1)
     config = NodeConfig.model_validate({
         "model": {"name": "tiny-small"}, "task": {"name": "arithmetic"},
         "generation": {"prompts_per_round": 2, "group_size": 3, "max_new_tokens": 4},

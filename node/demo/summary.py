@@ -16,7 +16,7 @@ from rich import box
 from rich.table import Table
 
 from ftis.node.demo.follow import NodeProgress
-from ftis.node.demo.view import size
+from ftis.node.runner.display import size
 
 SOLO_NOT_RUN = "solo baseline: not run (`--no-solo` or `[demo] solo = false`)"
 

@@ -8,7 +8,6 @@ for a message, ``close()``):
 ``make_view("auto" | "table" | "lines", rounds, echo)``: ``auto`` draws the table only on a terminal.
 """
 
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ftis.node.demo.follow import NodeProgress
+from ftis.node.runner.display import fixed, percent, size
 
 # Under each header: "acc" is a mean binary reward; eval is greedy accuracy on the fixed held-out set
 # (with the round it was measured at); groups are own / peers' used this step; filtered and IS weight
@@ -136,19 +136,3 @@ class TableView:
         if self._live_on:
             self._live.stop()
             self._live_on = False
-
-
-def fixed(value: float | None) -> str:
-    """A reward or accuracy; '-' when unknown (None, or NaN: nothing to measure this step)."""
-    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
-
-
-def percent(value: float) -> str:
-    return f"{value:.0%}"
-
-
-def size(count: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"

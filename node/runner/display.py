@@ -59,23 +59,23 @@ class LineDisplay:
 def summary_line(record: Record) -> str:
     """One step in one line: rewards, groups, filter, IS weights, throughput, traffic, rejections."""
     r = record
-    rewards = f"reward own {_fixed(r['own_reward'])} peer {_fixed(r['peer_reward'])}"
+    rewards = f"reward own {fixed(r['own_reward'])} peer {fixed(r['peer_reward'])}"
     if r["eval_accuracy"] is not None:
-        rewards += f" eval {_fixed(r['eval_accuracy'])}"
+        rewards += f" eval {fixed(r['eval_accuracy'])}"
     peers = len(r["peer_groups_by_peer"])
     groups = (f"groups own {r['own_groups']} peer {r['peer_groups_used']}/{r['peer_groups_received']}"
               f" from {peers} peer{'' if peers == 1 else 's'}")
     if r["train_trained"]:
-        trained = (f"loss {r['train_loss']:+.4f}  filtered {_percent(r['train_filtered_fraction'])}"
-                   f" (adv {_percent(r['train_filtered_advantage_fraction'])}"
-                   f" div {_percent(r['train_filtered_divergence_fraction'])})"
+        trained = (f"loss {r['train_loss']:+.4f}  filtered {percent(r['train_filtered_fraction'])}"
+                   f" (adv {percent(r['train_filtered_advantage_fraction'])}"
+                   f" div {percent(r['train_filtered_divergence_fraction'])})"
                    f"  IS {r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}"
-                   f" trunc {_percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}")
+                   f" trunc {percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}")
     else:
         trained = "no step (no reward variance)"
     speed = (f"gen {r['generation_tokens_per_s']:.0f} tok/s  train {r['train_tokens']} tok"
              f" {r['train_tokens_per_s']:.0f} tok/s")
-    traffic = f"sent {_bytes(r['bytes_sent'])} recv {_bytes(r['bytes_received'])}"
+    traffic = f"sent {size(r['bytes_sent'])} recv {size(r['bytes_received'])}"
     return (f"round {r['round']:>5}  v{r['train_policy_version']:<5} {rewards}  {groups}  {trained}  {speed}  "
             f"{traffic}  rejected {_rejections(r['rejections'])}")
 
@@ -123,19 +123,19 @@ class TableDisplay:
             trained = r["train_trained"]
             table.add_row(
                 str(r["round"]),
-                _fixed(r["own_reward"]),
-                _fixed(r["peer_reward"]),
-                _fixed(r["eval_accuracy"]),
+                fixed(r["own_reward"]),
+                fixed(r["peer_reward"]),
+                fixed(r["eval_accuracy"]),
                 f"{r['own_groups']}/{r['peer_groups_used']}/{r['peer_groups_received']}",
-                f"{_percent(r['train_filtered_fraction'])} {_percent(r['train_filtered_advantage_fraction'])}/"
-                f"{_percent(r['train_filtered_divergence_fraction'])}" if trained else "no step",
+                f"{percent(r['train_filtered_fraction'])} {percent(r['train_filtered_advantage_fraction'])}/"
+                f"{percent(r['train_filtered_divergence_fraction'])}" if trained else "no step",
                 f"{r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}" if trained else "-",
-                _percent(r["train_truncated_fraction"]) if trained else "-",
+                percent(r["train_truncated_fraction"]) if trained else "-",
                 f"{r['train_divergence_mean']:.3f}" if trained else "-",
                 f"{r['generation_tokens_per_s']:.0f}",
                 f"{r['train_tokens_per_s']:.0f}",
-                _bytes(r["bytes_sent"]),
-                _bytes(r["bytes_received"]),
+                size(r["bytes_sent"]),
+                size(r["bytes_received"]),
                 str(sum(r["rejections"].values())),
             )
         return table
@@ -161,19 +161,20 @@ _STEP_COLUMNS = ("round", "acc\nown", "acc\npeer", "acc\neval", "groups\nown/pee
                  "IS w\nmean/max", "trunc", "D", "gen\ntok/s", "train\ntok/s", "sent", "recv", "rej")
 
 
-def _fixed(value: float | None) -> str:
+def fixed(value: float | None) -> str:
     """A reward or accuracy; '-' when unknown (None, or NaN: nothing to measure this step)."""
     return "-" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
-def _percent(value: float) -> str:
+def percent(value: float) -> str:
     return f"{value:.0%}"
 
 
-def _bytes(count: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
+def size(count: int) -> str:
+    """A byte count in B, KiB, MiB or GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
     return f"{count} B"
 
 
