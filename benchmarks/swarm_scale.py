@@ -33,7 +33,9 @@ random tokens (~3 KB encoded).
    on for a grace period (2 polls + 5 s). Each transport's ``DHT.store`` and ``DHT.run_coroutine`` are
    wrapped (instance attributes, in the worker) to count and time the announcement stores
    (publish-triggered and the 5 s renewals) and the poll's reads (one per poll: all shard keys in one
-   traversal). Reported: swarm-wide stores/s and reads/s achieved with their p50 latency,
+   traversal). Reported: the announcements the swarm sustains, "announced/s" (new batches announced per
+   second swarm-wide, N / period, over the publishing window; sustained when "delivered" is near 100%),
+   swarm-wide stores/s and reads/s achieved with their p50 latency,
    deliveries/s and the fraction of expected deliveries that arrived, delivery latency p50/p95, and
    the CPU our processes used (cores busy, split into hosts, DHT children and p2pds) beside the whole
    machine's.
@@ -231,6 +233,7 @@ class ScaleResult:
     p2pd_pss: float = math.nan
     host_pss: float = math.nan
     period_s: float = math.nan
+    duration_s: float = math.nan  # sustained phase: the publishing window (the grace period excluded)
     window_s: float = math.nan
     published: int = 0
     stores: list[tuple[float, float, bool]] = field(default_factory=list)
@@ -296,7 +299,7 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
     duration = args.duration if args.duration else (10.0 if args.quick else max(20.0, period))
     per_worker = args.per_worker
     counts = [per_worker] * (peers // per_worker) + ([peers % per_worker] if peers % per_worker else [])
-    result = ScaleResult(peers, len(counts), poll, period_s=period)
+    result = ScaleResult(peers, len(counts), poll, period_s=period, duration_s=duration)
     scratch = Path(tempfile.mkdtemp(prefix="ftis-bench-"))
     bootstrap, workers = None, []
     try:
@@ -419,13 +422,14 @@ def print_results(results: list[ScaleResult]) -> None:
     print_table(rows)
 
     print("\nsustained exchange (each peer publishes every period; stores include the 5 s renewals)")
-    rows = [("peers", "period", "window", "stores/s", "store p50", "failed", "reads/s", "read p50",
+    rows = [("peers", "period", "window", "announced/s", "stores/s", "store p50", "failed", "reads/s", "read p50",
              "deliveries/s", "delivered", "latency p50", "p95", "CPU ours", "= hosts", "+ DHTs", "+ p2pds",
              "CPU machine", "load 1m")]
     for r in results:
         expected = r.published * (r.peers - 1)
         rows.append((
-            str(r.peers), f"{r.period_s:g} s", f"{r.window_s:.0f} s", f"{len(r.stores) / r.window_s:.1f}",
+            str(r.peers), f"{r.period_s:g} s", f"{r.window_s:.0f} s", f"{r.published / r.duration_s:.2f}",
+            f"{len(r.stores) / r.window_s:.1f}",
             ms(percentile([d for _, d, _ in r.stores], 50)), str(sum(1 for *_, ok in r.stores if not ok)),
             f"{len(r.reads) / r.window_s:.1f}", ms(percentile([d for _, d, _ in r.reads], 50)),
             f"{len(r.latencies) / r.window_s:.0f}", f"{len(r.latencies) / expected:.1%}" if expected else "-",

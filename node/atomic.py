@@ -1,6 +1,6 @@
-"""Replacing a folder in one step: a reader (or a crash) sees the old folder or the new one, never a
-half-written one. Used by the Hugging Face export and by checkpoints, which are both written whole into
-a staging folder beside the target first."""
+"""Replacing a folder or a file in one step: a reader (or a crash) sees the old one or the new one, never
+a half-written one. Folders: the Hugging Face export and checkpoints, both written whole into a staging
+folder beside the target first. Files: the experiment's cells and report, a node's ``peers.json``."""
 
 import os
 import shutil
@@ -26,6 +26,23 @@ def replace_folder(staging: Path, target: Path) -> None:
     fsync_folder(target.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, flushed to disk and renamed
+    over ``path``; the folder is created if need be."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(staging, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def fsync_folder(path: Path) -> None:

@@ -118,6 +118,9 @@ def status_command(
     run_id: RunId = None,
     shards: Shards = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+    node: Annotated[Path | None, typer.Option(
+        "--node", help="A running node's folder (its --out): add that node's score of each member and its mutes.")
+    ] = None,
 ) -> None:
     """Join as a light client, print the swarm's members, exit."""
     import json
@@ -126,8 +129,14 @@ def status_command(
 
     from ftis.node.swarm.directory import read_members
     from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.peer_view import PeerViewError, read_peer_view
     from ftis.node.swarm.transport import SwarmError
 
+    try:
+        view = read_peer_view(node) if node is not None else None  # before joining: a wrong folder fails at once
+    except PeerViewError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     config = _swarm_config(initial_peers=peer, run_id=run_id, shards=shards, client_mode=True,
                            host_maddrs=["/ip4/127.0.0.1/tcp/0"])
     scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
@@ -143,11 +152,17 @@ def status_command(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if as_json:
-        typer.echo(json.dumps([member.__dict__ for member in members], indent=2))
+        rows = [dict(member.__dict__) for member in members]
+        if view is not None:  # the node's judgement of each member; null where it has none
+            for row in rows:
+                score = view.scores.get(row["peer_id"])
+                row |= {"score": None if score is None else score.score,
+                        "muted_until": None if score is None else score.muted_until}
+        typer.echo(json.dumps(rows, indent=2))
         return
     from ftis.node.swarm.status import members_table
 
-    typer.echo(members_table(members, config.run_id))
+    typer.echo(members_table(members, config.run_id, view=view))
 
 
 @app.command("identity")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 if TYPE_CHECKING:
     from ftis.node.loss import LossParams
+    from ftis.node.swarm.reputation import ReputationSettings
 
 LossVariant = Literal["nois", "vis", "tis", "ftis", "fvis"]  # the names of LOSS_VARIANTS (a test checks)
 
@@ -330,12 +331,36 @@ class SwarmConfig(_Section):
     max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")
     keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
     start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
+    score_half_life_s: float = Field(
+        1800.0, gt=0, description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
+        "refused, failed, divergence-filtered) loses half its weight in this time. Long, so that a burst of failed "
+        "fetches on a flaky link is weighed against the peer's whole recent record."
+    )
+    score_min_evidence: float = Field(
+        3.0, ge=0, description="A peer is judged (can be muted) only with at least this much evidence, in batches "
+        "(a failed fetch counts half), and after a mute only once this much new evidence came in."
+    )
+    mute_below: float = Field(
+        0.3, ge=0, le=1, description="A judged peer whose score (good / all evidence, from 0 to 1) falls below this "
+        "is muted: its batches are refused unfetched. 0.3 mutes a peer when most of its completions are "
+        "divergence-filtered, over ~82% of its fetches fail after retries, or over 70% of its batches are refused; "
+        "an honest peer on a flaky link (half of all attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
+    )
+    mute_s: float = Field(300.0, gt=0, description="A peer's first mute; each next mute of it lasts twice as long.")
+    mute_max_s: float = Field(3600.0, gt=0, description="The longest mute.")
 
     @model_validator(mode="after")
     def _ttl_outlives_interval(self) -> "SwarmConfig":
         if self.announcement_ttl_s <= self.announce_interval_s:
             raise ValueError("announcement_ttl_s must exceed announce_interval_s, or announcements lapse")
         return self
+
+    def reputation(self) -> "ReputationSettings":
+        """The peer-score settings, as ``swarm/reputation.py`` takes them."""
+        from ftis.node.swarm.reputation import ReputationSettings
+
+        return ReputationSettings(half_life_s=self.score_half_life_s, min_evidence=self.score_min_evidence,
+                                  mute_below=self.mute_below, mute_s=self.mute_s, mute_max_s=self.mute_max_s)
 
 
 class NodeConfig(_Section):

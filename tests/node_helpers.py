@@ -1,4 +1,7 @@
-"""Tiny nodes for tests: a task random tiny models can score on, and a node over the in-memory transport."""
+"""Tiny nodes for tests: a task random tiny models can score on, and a node over the in-memory transport
+(or any transport: ``build_node``)."""
+
+from collections.abc import Callable
 
 from ftis.node.config import NodeConfig
 from ftis.node.generation.hf import TransformersGenerator
@@ -6,6 +9,7 @@ from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem
 
 LIMITS = InboxLimits(max_age_s=600, per_peer_quota=8, max_batches=64, max_bytes=10**8)
@@ -37,6 +41,13 @@ class DigitTask:
 def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: str = "full", seed: int = 0,
               **sections: dict) -> Node:
     """A node on ``hub`` training ``model`` on ``DigitTask``; ``sections`` override config sections."""
+    config = node_config(model, adapter, seed, **sections)
+    return build_node(config, lambda fingerprint: MemoryTransport(hub, config.swarm.run_id, peer_id, fingerprint,
+                                                                  LIMITS))
+
+
+def node_config(model: str = "tiny-small", adapter: str = "full", seed: int = 0, **sections: dict) -> NodeConfig:
+    """The tiny nodes' config; ``sections`` override config sections."""
     settings = {
         "model": {"name": model, "adapter": adapter, "seed": seed, "lora_rank": 8, "lora_alpha": 16},
         "generation": {"prompts_per_round": 3, "group_size": 6, "max_new_tokens": 6, "temperature": 1.5},
@@ -45,10 +56,13 @@ def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: 
     }
     for section, values in sections.items():
         settings[section] = {**settings.get(section, {}), **values}
-    config = NodeConfig.model_validate(settings)
+    return NodeConfig.model_validate(settings)
+
+
+def build_node(config: NodeConfig, connect: Callable[[str], Transport]) -> Node:
+    """A node training ``config``'s model on ``DigitTask`` over ``connect(its tokenizer fingerprint)``."""
     m = config.model
     policy = load_policy(m.name, adapter=m.adapter, seed=m.seed, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
     generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
                                       pad_token_id=policy.tokenizer.pad_token_id)
-    transport = MemoryTransport(hub, config.swarm.run_id, peer_id, policy.fingerprint, LIMITS)
-    return Node(config, policy, DigitTask(), generator, transport)
+    return Node(config, policy, DigitTask(), generator, connect(policy.fingerprint))

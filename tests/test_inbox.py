@@ -20,6 +20,7 @@ from ftis.node.swarm.inbox import (
     DECODE_ERROR,
     FETCH_FAILED,
     HASH_MISMATCH,
+    MAX_CLOCK_AHEAD_S,
     NOT_AS_ANNOUNCED,
     OTHER_RUN,
     PEER_QUOTA,
@@ -93,6 +94,18 @@ def test_a_batch_older_than_max_age_is_stale(clock):
     assert offer(inbox, "alice", 0, created_at=T0)  # exactly max_age old: still accepted
     assert not offer(inbox, "alice", 1, created_at=T0 - 0.001)
     assert rejections(inbox) == {("alice", STALE): 1}
+
+
+def test_a_batch_dated_too_far_ahead_is_stale_and_forgotten_like_any_other(clock):
+    inbox = make_inbox(clock, per_peer_quota=100, max_batches=100)
+    assert offer(inbox, "alice", 0, created_at=T0 + MAX_CLOCK_AHEAD_S)  # a clock ahead: still accepted
+    for seq in range(1, 11):  # dated a year ahead: it would stay "fresh", and remembered, for a year
+        assert not offer(inbox, "alice", seq, created_at=T0 + 3e7)
+    assert rejections(inbox) == {("alice", STALE): 10}
+    clock.advance(MAX_AGE + 1)
+    assert offer(inbox, "bob", 0, created_at=clock())  # any consider forgets what is too old
+    assert len(inbox._seen) == 2  # bob 0, and alice 0 in flight: memory stays bounded
+    assert offer(inbox, "alice", 11, created_at=clock())  # alice's next batches are not taken for answered
 
 
 def test_fresh_says_whether_a_batch_is_within_max_age_now(clock):
@@ -171,6 +184,10 @@ NOT_AS_ANNOUNCED_CASES = {
     "other_seq": lambda batch: replace(batch, seq=batch.seq + 1),
     "other_run": lambda batch: replace(batch, run_id="run-b"),
     "other_tokenizer": lambda batch: replace(batch, tokenizer=replace(batch.tokenizer, fingerprint="tok-b")),
+    # the announcer's own descriptor lies: a fresh date for an old batch, other counts than the payload's
+    "other_created_at": lambda batch: replace(batch, created_at=batch.created_at - 3600),
+    "other_groups": lambda batch: replace(batch, groups=batch.groups[:1]),
+    "other_policy_version": lambda batch: replace(batch, policy=replace(batch.policy, policy_version=9)),
 }
 
 

@@ -6,10 +6,9 @@ Run: python -m pytest tests/test_protocol_malformed.py -q
 Bad messages are made from a valid one: unpack it with msgpack, change one thing, pack it again
 (``mutated``), so each case differs from a valid message in exactly the way its name says. The last
 test is a seeded mutation fuzzer: thousands of random corruptions, each of which must decode or raise
-``DecodeError``.
+``DecodeError`` (the mutator is shared: ``fuzz_inputs.py``).
 """
 
-import copy
 import dataclasses
 import importlib
 import math
@@ -20,6 +19,7 @@ import msgpack
 import numpy as np
 import pytest
 import zstandard
+from fuzz_inputs import mutate
 
 from ftis.protocol import (
     Completion,
@@ -727,75 +727,10 @@ def test_encode_refuses_what_decode_would_refuse(change, field):
 
 # --- mutation fuzzing -------------------------------------------------------------------------------
 
-INTERESTING_VALUES = [
-    0, 1, -1, 2, 255, 256, 2**31, 2**32 - 1, 2**63 - 1, 2**64 - 1, -(2**63), 0.0, -0.0, 0.5, 1e300, math.nan,
-    math.inf, -math.inf, True, False, None, "", "x", "g0", "é" * 300, b"", b"\x00", b"\xff" * 7, bytes(40), [], [0],
-    ["g0", "g0"], {}, {"v": 1}, msgpack.ExtType(3, b""), msgpack.ExtType(3, b"abc"),
-]  # fmt: skip
-
-
-def all_nodes(node: Any) -> list[tuple[Any, Any]]:
-    """(container, key) of every value in ``node``, nested ones included."""
-    found = []
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        found.append((node, key))
-        found += all_nodes(value)
-    return found
-
-
-def retokenize(rng: random.Random, data: Any) -> Any:
-    """``data`` as a valid zstd frame with one byte of its content replaced, when it is a frame."""
-    try:
-        raw = bytearray(zstandard.ZstdDecompressor().decompress(data))
-    except (zstandard.ZstdError, TypeError):
-        return data
-    if raw:
-        raw[rng.randrange(len(raw))] = rng.randrange(256)
-    return zstd(raw)
-
-
-def mutate(rng: random.Random, messages: list[bytes]) -> bytes:
-    data = bytearray(rng.choice(messages))
-    kind = rng.randrange(9)
-    if kind == 0:  # bit flips
-        for _ in range(rng.randint(1, 4)):
-            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-    elif kind == 1:  # insertion
-        at = rng.randrange(len(data) + 1)
-        data[at:at] = rng.randbytes(rng.randint(1, 8))
-    elif kind == 2:  # deletion
-        at = rng.randrange(len(data))
-        del data[at : at + rng.randint(1, 8)]
-    elif kind == 3:  # truncation
-        del data[rng.randrange(len(data)) :]
-    elif kind == 4:  # splice of two messages
-        other = rng.choice(messages)
-        data = data[: rng.randrange(len(data))] + other[rng.randrange(len(other)) :]
-    elif kind == 5:  # overwrite a run of bytes
-        at = rng.randrange(len(data))
-        data[at : at + 4] = rng.randbytes(4)
-    else:  # msgpack level: swap a value for another message's value or an interesting one
-        message = unpack(bytes(data))
-        nodes = all_nodes(message)
-        for _ in range(rng.randint(1, 3)):
-            container, key = rng.choice(nodes)
-            if kind == 6:
-                donor, donor_key = rng.choice(all_nodes(unpack(rng.choice(messages))))
-                container[key] = copy.deepcopy(donor[donor_key])
-            elif kind == 7:
-                container[key] = rng.choice(INTERESTING_VALUES)
-            elif isinstance(container[key], bytes) and container[key]:  # flip a bit inside a binary column
-                value = bytearray(container[key])
-                value[rng.randrange(len(value))] ^= 1 << rng.randrange(8)
-                container[key] = bytes(value)
-        if kind == 8 and rng.random() < 0.5:  # or rewrite the token column as a valid frame of random ids
-            message["body"]["tokens"]["data"] = retokenize(rng, message["body"]["tokens"]["data"])
-        data = pack(message)
-    return bytes(data)
-
 
 def test_mutation_fuzz():
+    """The shared mutator (``fuzz_inputs.mutate``; ``tests/test_fuzz.py`` and ``benchmarks/fuzz.py`` run it
+    on more shapes, with the limit oracle and the memory bound) on this file's batches."""
     messages = [
         VALID,
         encode(make_batch(vocab_size=151_936, high_id=151_935)),
@@ -805,15 +740,16 @@ def test_mutation_fuzz():
     rng = random.Random(20240601)
     outcomes = {"decoded": 0, "refused": 0}
     for i in range(3000):
-        data = mutate(rng, messages)
+        kind, data = mutate(rng, messages)
         try:
             batch = decode(data)
         except DecodeError as error:
-            assert isinstance(error.field, str) and error.field, (i, data)
+            assert isinstance(error.field, str) and error.field, (i, kind, data)
             outcomes["refused"] += 1
             continue
         except Exception as error:
-            raise AssertionError(f"mutation {i} raised {type(error).__name__}: {error}; input {data!r}") from error
+            raise AssertionError(f"mutation {i} ({kind}) raised {type(error).__name__}: {error}; input {data!r}") \
+                from error
         assert isinstance(batch, RolloutBatch)
         assert decode(encode(batch)) == batch  # whatever decodes is a batch encode can carry
         outcomes["decoded"] += 1

@@ -75,3 +75,16 @@ def test_rounds_mode_waits_for_min_peers_to_appear():
     peer.run_round()
     report = node.run_round()
     assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0 and report.peer_groups_received == 1
+
+
+def test_rounds_mode_does_not_wait_for_a_muted_peer():
+    hub = MemoryHub()
+    peer = make_node(hub, "peer", generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
+    node = rounds_node(hub, "node")
+    peer.run_round()
+    node.run_round()
+    for _ in range(2):  # every completion of the peer's forged: divergence-filtered
+        node.transport.report_filtered("peer", batches=1, completions=4, filtered=4)
+    assert node.transport.scores()["peer"].muted_until is not None
+    report = node.run_round()  # the muted peer has not published round 1: nobody to wait for
+    assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0

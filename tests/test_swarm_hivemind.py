@@ -5,41 +5,39 @@ Run: python -m pytest tests/test_swarm_hivemind.py -q      (marker ``hivemind``;
 One swarm serves the module, all of it started at once: a bootstrap DHT peer; alice, bob and carol;
 ``patient``, whose fetch deadline is long, which publishes for the late-joiner test and whose clock
 jumps in the retry test; a node in its own OS process (``tests/swarm_peer.py``) that one test kills
-with SIGKILL; a rogue peer that announces real batches but serves each one the way a test scripts
-it; and two bare DHT peers, a forger and an impostor. Tests use fresh sequence numbers and look only
-at the batches and rejections of the peers they involve, so they do not depend on each other's
-order, except that the last test kills the bootstrap.
+with SIGKILL; a rogue peer (``tests/hostile_peer.py``) that announces real batches but serves each one
+the way a test scripts it; and two bare DHT peers, a forger and an impostor. The plumbing (peers,
+swarm, waits, killing) is ``tests/hivemind_swarm.py``, shared with ``test_hostile_peers.py``. Tests
+use fresh sequence numbers and look only at the batches and rejections of the peers they involve, so
+they do not depend on each other's order, except that the last test kills the bootstrap.
 
 Every node ages batches by a clock of its own (``ShiftedClock``) that a test can move on instead of
 sleeping. Every wait polls until its condition holds, under a deadline that only a broken (or badly
 overloaded) swarm reaches.
 """
 
-import asyncio
-import contextlib
 import dataclasses
 import queue
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hivemind
-import psutil
 import pytest
 from hivemind.utils import get_dht_time
-from swarm_helpers import TOKENIZER, ShiftedClock, make_batch
+from hivemind_swarm import DEADLINE_S, JOIN_DEADLINE_S, Peer, Swarm, delta, kill_tree, start_bootstrap
+from hostile_peer import HostilePeer, claims_a_terabyte, hangs_up, serves, stalls_mid_payload, tampered
+from swarm_helpers import TOKENIZER
 
-from ftis.node.config import SwarmConfig
 from ftis.node.swarm.directory import read_members
-from ftis.node.swarm.hivemind_transport import HivemindTransport, retry_delay, start_dht
+from ftis.node.swarm.hivemind_transport import retry_delay, start_dht
 from ftis.node.swarm.inbox import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
 from ftis.node.swarm.records import shard_key, shard_of
-from ftis.node.swarm.transport import ReceivedBatch
-from ftis.protocol import RolloutBatch, encode
+from ftis.protocol import encode
 from ftis.protocol.announcement import decode_announcement, encode_announcement
 
 pytestmark = pytest.mark.hivemind
@@ -53,109 +51,7 @@ MAX_AGE_S = 30.0  # tests back-date batches or move clocks on instead of waiting
 SETTINGS = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2, announce_interval_s=1.0,
                 announcement_ttl_s=30.0, max_age_s=MAX_AGE_S, fetch_timeout_s=FETCH_TIMEOUT_S, fetch_retries=1,
                 fetch_retry_backoff_s=RETRY_BACKOFF_S, per_peer_quota=64, max_buffered_batches=256)
-DEADLINE_S = 60.0  # the longest any wait may take; waits end as soon as their condition holds
-JOIN_DEADLINE_S = 90.0  # a new process imports torch first: ~3 s idle, far longer on a loaded machine
 PEER_SCRIPT = Path(__file__).with_name("swarm_peer.py")
-
-
-# --- nodes and swarms ---------------------------------------------------------------------------------
-
-
-class Node:
-    """A transport and everything it has received so far: tests share nodes, so nothing gets lost."""
-
-    def __init__(self, transport: HivemindTransport, clock: ShiftedClock):
-        self.transport, self.clock = transport, clock
-        self.peer_id = transport.peer_id
-        self.log: list[ReceivedBatch] = []  # in order of delivery
-        self.next_seq = 0
-
-    def publish(self, created_at: float | None = None) -> RolloutBatch:
-        batch = make_batch(self.peer_id, self.next_seq, get_dht_time() if created_at is None else created_at,
-                           run_id=RUN)
-        self.next_seq += 1
-        self.transport.publish(batch)
-        return batch
-
-    def poll(self) -> None:
-        self.log += self.transport.receive()
-
-    def got(self, peer_id: str) -> list[int]:
-        """Sequence numbers delivered from ``peer_id``, in order, repeats included."""
-        return [r.batch.seq for r in self.log if r.peer_id == peer_id]
-
-    def rejections(self, peer_id: str) -> dict[str, int]:
-        return {reason: n for (peer, reason), n in self.transport.stats().rejections.items() if peer == peer_id}
-
-
-class Swarm:
-    def __init__(self, bootstrap: hivemind.DHT):
-        self.bootstrap = bootstrap
-        self.maddrs = [str(maddr) for maddr in bootstrap.get_visible_maddrs()]
-        self.config = SwarmConfig(**SETTINGS, initial_peers=self.maddrs)
-        self.nodes: list[Node] = []
-
-    def join(self, n: int, **settings: object) -> list[Node]:
-        """n new nodes, joined in parallel (a DHT peer takes about a second to start); ``settings``
-        override the swarm's config."""
-        config = self.config.model_copy(update=settings)
-
-        def start(_: int) -> Node:
-            clock = ShiftedClock(get_dht_time)
-            node = Node(HivemindTransport(config, TOKENIZER, clock=clock), clock)
-            self.nodes.append(node)  # at once: close() ends it even if a sibling fails to start
-            return node
-
-        with ThreadPoolExecutor(n) as pool:
-            return list(pool.map(start, range(n)))
-
-    def leave(self, node: Node) -> None:
-        self.nodes.remove(node)
-        node.transport.close()
-
-    def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> float:
-        """Poll every node until ``condition()`` holds; returns the seconds it took."""
-        started = time.monotonic()
-        while True:
-            for node in self.nodes:
-                node.poll()
-            if condition():
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                pytest.fail(f"not within {timeout:.0f} s: {what}")
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
-            list(pool.map(lambda node: node.transport.close(), self.nodes))
-        self.bootstrap.shutdown()
-
-
-def start_bootstrap(folder: Path) -> hivemind.DHT:
-    dht, _ = start_dht(SwarmConfig(**SETTINGS), folder / "bootstrap.key", announce=False)
-    return dht
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process, then the DHT process and ``p2pd`` it leaves running as orphans (a machine
-    going down takes them all). The caller reaps ``pid`` itself (``Popen.wait``, ``Process.join``)."""
-    root = psutil.Process(pid)
-    orphans = root.children(recursive=True)
-    root.kill()
-    for process in orphans:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    # Dead once they are zombies: the orphans' new parent (PID 1 here) reaps them in its own time.
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in orphans) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class FarNode:
@@ -201,105 +97,30 @@ class FarNode:
                 self.process.wait()
 
 
-# --- the rogue peer -----------------------------------------------------------------------------------
-
-# (fetcher's peer id, reader, writer, the genuine payload): serves one request
-Behaviour = Callable[[str, asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
-
-
-async def _until_hung_up(reader: asyncio.StreamReader) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(reader.read(), 60)
-
-
-async def serves(_fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
-    """What an honest peer does."""
-    writer.write(len(payload).to_bytes(8, "big") + payload)
-    await writer.drain()
-
-
-async def hangs_up(_fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
-    """Closes the stream without an answer: a dropped connection (the caller closes the writer)."""
-
-
-async def tampered(_fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> None:
-    """The announced length, other bytes."""
-    writer.write(len(payload).to_bytes(8, "big") + payload[:-1] + bytes([payload[-1] ^ 0xFF]))
-    await writer.drain()
-
-
-async def claims_a_terabyte(_fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            payload: bytes) -> None:
-    """A length far above the announced size, then nothing: a fetcher that read on would wait forever."""
-    writer.write((1 << 40).to_bytes(8, "big"))
-    await writer.drain()
-    await _until_hung_up(reader)
-
-
-async def stalls_mid_payload(_fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                             payload: bytes) -> None:
-    """Half the payload, then silence: a peer that died while serving, without closing the stream."""
-    writer.write(len(payload).to_bytes(8, "big") + payload[: len(payload) // 2])
-    await writer.drain()
-    await _until_hung_up(reader)
-
-
-class Rogue:
-    """A real transport whose stream handler is replaced: it announces genuine, signed batches and
-    serves each one as ``offer`` scripted it (same handler name and framing as the transport)."""
-
-    def __init__(self, node: Node):
-        self.node, transport = node, node.transport
-        self.behaviours: dict[int, Behaviour] = {}
-        self.requests: dict[tuple[str, int], list[float]] = {}  # (fetcher, seq) -> time.monotonic() of each request
-        self._run(transport._p2p.remove_binary_stream_handler(transport._handler))
-        self._run(transport._p2p.add_binary_stream_handler(transport._handler, self._serve))
-
-    def _run(self, coroutine: Awaitable) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self.node.transport._loop).result(10)
-
-    def offer(self, behaviour: Behaviour) -> int:
-        """Publish a batch that ``behaviour`` serves; returns its sequence number."""
-        seq = self.node.next_seq
-        self.behaviours[seq] = behaviour
-        self.node.publish()
-        return seq
-
-    def asked(self, fetcher: Node, seq: int) -> list[float]:
-        """When ``fetcher`` asked for batch ``seq`` (a copy: the rogue's loop appends to the original)."""
-        return list(self.requests.get((fetcher.peer_id, seq), []))
-
-    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            seq = int.from_bytes(await reader.readexactly(8), "big")
-            fetcher = info.peer_id.to_base58()
-            self.requests.setdefault((fetcher, seq), []).append(time.monotonic())
-            await self.behaviours[seq](fetcher, reader, writer, self.node.transport._outbox.payload(seq))
-        finally:
-            writer.close()
+# --- the module's swarm -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class World:
     swarm: Swarm
-    alice: Node
-    bob: Node
-    carol: Node
-    patient: Node  # gives a fetch a deadline of DEADLINE_S
-    rogue: Rogue
+    alice: Peer
+    bob: Peer
+    carol: Peer
+    patient: Peer  # gives a fetch a deadline of DEADLINE_S
+    rogue: HostilePeer
     far: FarNode
     forger: hivemind.DHT  # runs no validators at all
     impostor: tuple[hivemind.DHT, bytes]  # this run's validators, a key of its own, and its signed subkey
 
     @property
-    def trio(self) -> list[Node]:
+    def trio(self) -> list[Peer]:
         return [self.alice, self.bob, self.carol]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[World]:
     folder = tmp_path_factory.mktemp("swarm")
-    swarm = Swarm(start_bootstrap(folder))
+    swarm = Swarm(start_bootstrap(folder, SETTINGS), SETTINGS)
     far, extras = None, []
     try:
         far = FarNode(swarm.maddrs[0], folder / "far-node.log")  # imports torch while the others join
@@ -312,7 +133,7 @@ def world(tmp_path_factory) -> Iterator[World]:
             extras = [forger, impostor]
             alice, bob, carol, rogue = regular.result()
             (patient,) = patient.result()
-            yield World(swarm, alice, bob, carol, patient, Rogue(rogue), far, forger.result(),
+            yield World(swarm, alice, bob, carol, patient, HostilePeer(rogue, TOKENIZER), far, forger.result(),
                         impostor.result())
     finally:
         if far is not None and far.process.poll() is None:
@@ -325,10 +146,6 @@ def world(tmp_path_factory) -> Iterator[World]:
             swarm.close()
         if far is not None:
             far.stop()
-
-
-def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    return {reason: n - before.get(reason, 0) for reason, n in after.items() if n != before.get(reason, 0)}
 
 
 # --- exchange -----------------------------------------------------------------------------------------
@@ -380,8 +197,8 @@ def test_a_late_joiner_receives_only_batches_within_the_max_age(world):
 def test_a_fetch_failed_in_transit_is_retried_after_a_backoff_while_the_batch_is_fresh(world):
     rogue, elder = world.rogue, world.patient  # an elder whose clock jumps on
     fetchers = world.trio
-    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in [*fetchers, elder]}
-    seq = rogue.node.next_seq  # the batch offered below
+    before = {node.peer_id: node.rejections(rogue.peer_id) for node in [*fetchers, elder]}
+    seq = rogue.next_seq  # the batch offered below
 
     async def drops_the_first_request(fetcher: str, reader, writer, payload: bytes) -> None:
         if fetcher == elder.peer_id:  # elder's clock jumps past the max age: a retry would fetch a stale batch
@@ -394,19 +211,19 @@ def test_a_fetch_failed_in_transit_is_retried_after_a_backoff_while_the_batch_is
 
     try:
         assert rogue.offer(drops_the_first_request) == seq
-        world.swarm.wait_until(lambda: all(seq in node.got(rogue.node.peer_id) for node in fetchers),
+        world.swarm.wait_until(lambda: all(seq in node.got(rogue.peer_id) for node in fetchers),
                                "every fetcher has the batch on its second attempt")
-        world.swarm.wait_until(lambda: delta(elder.rejections(rogue.node.peer_id), before[elder.peer_id]),
+        world.swarm.wait_until(lambda: delta(elder.rejections(rogue.peer_id), before[elder.peer_id]),
                                "elder gives up")
     finally:
         elder.clock.shift = 0.0
     for node in fetchers:
-        first, second = rogue.asked(node, seq)  # exactly two attempts
+        first, second = rogue.asked(node.peer_id, seq)  # exactly two attempts
         assert second - first >= RETRY_BACKOFF_S
-        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {}
-    assert len(rogue.asked(elder, seq)) == 1  # the batch turned stale: no retry
-    assert delta(elder.rejections(rogue.node.peer_id), before[elder.peer_id]) == {FETCH_FAILED: 1}
-    assert seq not in elder.got(rogue.node.peer_id)
+        assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {}
+    assert len(rogue.asked(elder.peer_id, seq)) == 1  # the batch turned stale: no retry
+    assert delta(elder.rejections(rogue.peer_id), before[elder.peer_id]) == {FETCH_FAILED: 1}
+    assert seq not in elder.got(rogue.peer_id)
 
 
 def test_retries_wait_longer_each_time():
@@ -416,28 +233,28 @@ def test_retries_wait_longer_each_time():
 def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(world):
     rogue, alice, patient = world.rogue, world.alice, world.patient
     fetchers = world.trio
-    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in [*fetchers, patient]}
+    before = {node.peer_id: node.rejections(rogue.peer_id) for node in [*fetchers, patient]}
     seq = rogue.offer(stalls_mid_payload)
-    world.swarm.wait_until(lambda: all(rogue.asked(node, seq) for node in [*fetchers, patient]),
+    world.swarm.wait_until(lambda: all(rogue.asked(node.peer_id, seq) for node in [*fetchers, patient]),
                            "every node is fetching the stalling batch")
     marker = alice.publish().seq
     # A stalled fetch holds up no other: the patient node, whose fetch of the stalled batch is pending
     # for DEADLINE_S (no race with a short deadline on a loaded machine), gets alice's batch meanwhile.
     world.swarm.wait_until(lambda: marker in patient.got(alice.peer_id), "the patient node gets alice's batch")
-    assert delta(patient.rejections(rogue.node.peer_id), before[patient.peer_id]) == {}
+    assert delta(patient.rejections(rogue.peer_id), before[patient.peer_id]) == {}
 
     failed_at: dict[str, float] = {}
 
     def all_failed() -> bool:
         for node in fetchers:
-            if node.peer_id not in failed_at and delta(node.rejections(rogue.node.peer_id), before[node.peer_id]):
+            if node.peer_id not in failed_at and delta(node.rejections(rogue.peer_id), before[node.peer_id]):
                 failed_at[node.peer_id] = time.monotonic()
         return len(failed_at) == len(fetchers)
 
     world.swarm.wait_until(all_failed, "every node gives up on the stalled fetch", timeout=6 * FETCH_TIMEOUT_S)
     for node in fetchers:
-        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {FETCH_FAILED: 1}
-        first, second = rogue.asked(node, seq)  # one retry (fetch_retries = 1), then it gives up
+        assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {FETCH_FAILED: 1}
+        first, second = rogue.asked(node.peer_id, seq)  # one retry (fetch_retries = 1), then it gives up
         # One deadline per attempt, a backoff between them, and no hang. A deadline runs from before the
         # connection, so the first request came at most one deadline into the first attempt: from it,
         # the retry's request is at least a backoff away and the end at least a deadline and a backoff.
@@ -445,7 +262,7 @@ def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(
         assert RETRY_BACKOFF_S <= second - first < FETCH_TIMEOUT_S + RETRY_BACKOFF_S + 2.0
         assert failed_at[node.peer_id] - first >= FETCH_TIMEOUT_S + RETRY_BACKOFF_S
         assert failed_at[node.peer_id] - second < FETCH_TIMEOUT_S + 2.0
-        assert seq not in node.got(rogue.node.peer_id)
+        assert seq not in node.got(rogue.peer_id)
     world.swarm.wait_until(lambda: all(marker in n.got(alice.peer_id) for n in [world.bob, world.carol]),
                            "the others get alice's batch too")
 
@@ -496,36 +313,36 @@ def test_an_announcement_signed_by_another_key_than_its_peer_ids_is_a_bad_announ
 
 def test_a_payload_that_does_not_match_its_announcement_is_rejected(world):
     rogue = world.rogue
-    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in world.trio}
+    before = {node.peer_id: node.rejections(rogue.peer_id) for node in world.trio}
     seq = rogue.offer(tampered)
     world.swarm.wait_until(
-        lambda: all(delta(n.rejections(rogue.node.peer_id), before[n.peer_id]) for n in world.trio),
+        lambda: all(delta(n.rejections(rogue.peer_id), before[n.peer_id]) for n in world.trio),
         "every node refuses the tampered payload")
     for node in world.trio:
-        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {HASH_MISMATCH: 1}
-        assert len(rogue.asked(node, seq)) == 1  # a refused payload is never asked for again
-        assert seq not in node.got(rogue.node.peer_id)
+        assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {HASH_MISMATCH: 1}
+        assert len(rogue.asked(node.peer_id, seq)) == 1  # a refused payload is never asked for again
+        assert seq not in node.got(rogue.peer_id)
 
 
 def test_an_over_limit_payload_is_rejected_without_reading_it(world):
     rogue = world.rogue
-    before = {node.peer_id: node.rejections(rogue.node.peer_id) for node in world.trio}
+    before = {node.peer_id: node.rejections(rogue.peer_id) for node in world.trio}
     seq = rogue.offer(claims_a_terabyte)
     refused_at: dict[str, float] = {}
 
     def all_refused() -> bool:
         for node in world.trio:
-            if node.peer_id not in refused_at and delta(node.rejections(rogue.node.peer_id), before[node.peer_id]):
+            if node.peer_id not in refused_at and delta(node.rejections(rogue.peer_id), before[node.peer_id]):
                 refused_at[node.peer_id] = time.monotonic()
         return len(refused_at) == len(world.trio)
 
     world.swarm.wait_until(all_refused, "every node refuses the over-limit payload")
     for node in world.trio:
         # too_large, not fetch_failed: refused on the length alone, not after waiting for the body
-        assert delta(node.rejections(rogue.node.peer_id), before[node.peer_id]) == {TOO_LARGE: 1}
-        (asked,) = rogue.asked(node, seq)  # and never asked for again
+        assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {TOO_LARGE: 1}
+        (asked,) = rogue.asked(node.peer_id, seq)  # and never asked for again
         assert refused_at[node.peer_id] - asked < FETCH_TIMEOUT_S
-        assert seq not in node.got(rogue.node.peer_id)
+        assert seq not in node.got(rogue.peer_id)
 
 
 # --- nodes dying (last in the file: the node in its own process has had time to start, and the

@@ -2,7 +2,8 @@
 the end, the mean over every evaluation (the area under the curve, steadier than the last point), and,
 when the solo baseline ran, what the same model reached alone on-policy from the same warm start and
 seed in as many rounds. Also what the swarm moved: peers' groups trained on, filtered share, IS weight,
-bytes.
+bytes; and each node's utilisation, the share of its wall time spent generating or training (after round 0,
+whose time holds the start-up: ``runner/utilisation.py``).
 
     rows = [summarize(swarm_progress, solo_progress_or_none), ...]
     print(markdown(rows, solo_ran=True))   # also written to DIR/summary.md; as_json(rows) to summary.json
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from ftis.node.demo.follow import NodeProgress
 from ftis.node.runner.display import size
+from ftis.node.runner.utilisation import laps_of, work_share
 
 SOLO_NOT_RUN = "solo baseline: not run (`--no-solo` or `[demo] solo = false`)"
 
@@ -36,6 +38,7 @@ class NodeSummary:
     is_weight_mean: float | None  # mean over the steps that trained
     bytes_sent: int
     bytes_received: int
+    utilisation: float | None  # share of wall time generating or training, rounds after round 0 (utilisation.py)
     solo_end_accuracy: float | None = None  # the solo baseline's, when it ran
     solo_mean_accuracy: float | None = None
 
@@ -65,6 +68,7 @@ def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSumm
         is_weight_mean=_mean([step["train_is_weight_mean"] for step in trained]),
         bytes_sent=0 if last is None else last["bytes_sent_total"],
         bytes_received=0 if last is None else last["bytes_received_total"],
+        utilisation=work_share(laps) if (laps := laps_of(swarm.steps[1:])) else None,
         solo_end_accuracy=solo_accuracies[-1] if solo_accuracies else None,
         solo_mean_accuracy=_mean(solo_accuracies),
     )
@@ -75,7 +79,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 HEADERS = ("node", "model", "rounds", "accuracy start", "accuracy end", "change", "mean (all evals)",
-           "solo end", "solo mean", "peer groups used", "filtered", "IS w", "sent", "recv")
+           "solo end", "solo mean", "peer groups used", "filtered", "IS w", "sent", "recv", "utilisation")
 _SOLO = ("solo end", "solo mean")
 # The terminal's table: shorter headers, without the rounds (in the title) and the traffic (the live table
 # showed it), so that it fits a 100-column terminal.
@@ -93,6 +97,7 @@ def cells(row: NodeSummary) -> dict[str, str]:
         "-" if row.filtered_fraction is None else f"{row.filtered_fraction:.0%}",
         "-" if row.is_weight_mean is None else f"{row.is_weight_mean:.2f}",
         size(row.bytes_sent), size(row.bytes_received),
+        "-" if row.utilisation is None else f"{row.utilisation:.0%}",
     ]
     return dict(zip(HEADERS, values, strict=True))
 

@@ -2,6 +2,7 @@
 
     warm = prepare_warm_starts(grid, echo=print)  # once per grid: {label: warmed model folder}
     record = run_cell(grid, Cell("ftis", 0), warm)
+    record = run_cell(grid, Cell("ftis", 0), warm, CellExtras(members=[make_attacker]))  # with additions
 
 A swarm condition builds every model's node on one ``LockstepSwarm``; a solo condition builds each on
 a swarm of its own (they still run side by side, each alone). Each round every node runs
@@ -17,21 +18,40 @@ takes none; its step figures are zeros, which the report leaves out). The fracti
 completions filtered is ``filtered_fraction × sequences / (peer_groups × group_size)``: the filter
 touches peers' completions only (``filter_local`` is off), and every node of a grid shares
 ``group_size``.
+
+``CellExtras`` is how a caller adds to a cell what the grid does not describe, without another copy of
+this loop: members of the swarm besides the nodes (an attacker publishing every round in lockstep), a
+look at the nodes once built (to wrap a trainer and audit its steps), and each evaluation's per-problem
+records. ``benchmarks/poisoning.py`` uses all three; the experiment itself none.
 """
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ftis.node.config import ModelConfig, NodeConfig
 from ftis.node.experiment.grid import Cell, Grid
-from ftis.node.experiment.lockstep import LockstepSwarm, in_parallel, step_round
+from ftis.node.experiment.lockstep import LockstepSwarm, SwarmMember, in_parallel, step_round
+from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.node import Node, RoundReport
 
 CELL_SCHEMA = 1  # bump when the record's layout changes
 Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CellExtras:
+    """What a caller adds to one cell beyond the grid (see the module docstring); the default adds nothing."""
+
+    # Extra members of a swarm condition's lockstep, each made on the cell's swarm before round 0; every
+    # round each runs beside the nodes and publishes one batch.
+    members: Sequence[Callable[[LockstepSwarm], SwarmMember]] = ()
+    built: Callable[[dict[str, Node]], None] | None = None  # the cell's nodes by label, once, before round 0
+    # At each evaluation: a node's label, the rounds done, its in-distribution result with per-problem records.
+    evaluated: Callable[[str, int, EvalResult], None] | None = None
 
 
 def prepare_warm_starts(grid: Grid, echo: Echo | None = None) -> dict[str, Path]:
@@ -55,37 +75,49 @@ def eval_rounds(rounds: int, every: int) -> list[int]:
     return sorted({*range(0, rounds, every), rounds})
 
 
-def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path]) -> dict[str, Any]:
-    """Run ``cell`` to the end and return its record (nothing is written here)."""
+def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path], extras: CellExtras | None = None) -> dict[str, Any]:
+    """Run ``cell`` to the end, with ``extras`` added, and return its record (nothing is written here)."""
     from ftis.node.runner.join import build_node
 
+    extras = extras or CellExtras()
     started = time.perf_counter()
     condition = grid.conditions[cell.condition]
+    if extras.members and not condition.swarm:
+        raise ValueError(f"{cell.name}: extra swarm members need a swarm condition")
     configs = {label: grid.node_config(label, cell.condition, cell.seed, warm[label]) for label in grid.models}
     first = next(iter(configs.values()))
-    shared = LockstepSwarm(len(configs), first.swarm) if condition.swarm else None
+    shared = LockstepSwarm(len(configs) + len(extras.members), first.swarm) if condition.swarm else None
     swarms: list[LockstepSwarm] = []
     nodes: dict[str, Node] = {}
+    members: list[SwarmMember] = []
     try:
         for label, config in configs.items():
             swarm = shared or LockstepSwarm(1, config.swarm)
             swarms.append(swarm)
             nodes[label] = build_node(config, transport_factory=lambda fp, s=swarm, p=label: s.transport(p, fp))
+        members += [make(shared) for make in extras.members]
+        if extras.built is not None:
+            extras.built(nodes)
         curves = {label: _Curves() for label in nodes}
         barriers = list({id(s): s.barrier for s in swarms}.values())
         due = eval_rounds(grid.rounds, grid.eval_every)
+        records = extras.evaluated is not None  # keep each problem's record for the caller
         for done in range(grid.rounds + 1):
             if done in due:
-                results = in_parallel([lambda n=n: _evaluate(grid, n) for n in nodes.values()])
-                for curve, (id_accuracy, ood_accuracy) in zip(curves.values(), results, strict=True):
-                    curve.evaluated(done, id_accuracy, ood_accuracy)
+                results = in_parallel([lambda n=n: _evaluate(grid, n, records) for n in nodes.values()])
+                for (label, curve), (id_result, ood_result) in zip(curves.items(), results, strict=True):
+                    curve.evaluated(done, id_result.accuracy, ood_result.accuracy)
+                    if extras.evaluated is not None:
+                        extras.evaluated(label, done, id_result)
             if done < grid.rounds:
-                reports = step_round(list(nodes.values()), barriers)
+                reports = step_round(list(nodes.values()), barriers, members)
                 for (label, curve), report in zip(curves.items(), reports, strict=True):
                     curve.stepped(report, configs[label])
     finally:
         for node in nodes.values():
             node.transport.close()
+        for member in members:
+            member.close()
     record = {
         "schema": CELL_SCHEMA,
         "condition": cell.condition,
@@ -103,16 +135,17 @@ def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path]) -> dict[str, Any]:
     return record
 
 
-def _evaluate(grid: Grid, node: Node) -> tuple[float, float]:
-    """Greedy accuracy of ``node`` on the in-distribution and OOD splits."""
+def _evaluate(grid: Grid, node: Node, records: bool) -> tuple[EvalResult, EvalResult]:
+    """Greedy evaluation of ``node`` on the in-distribution split (with per-problem ``records`` when asked)
+    and on the OOD split."""
     from ftis.node.runner.evaluation import evaluate
 
     config = node.config
     settings = {"limit": grid.eval_problems, "chat": node.chat,
                 "batch_size": config.eval.batch_size or config.generation.batch_size,
                 "max_new_tokens": config.eval.max_new_tokens or config.generation.max_new_tokens}
-    return (evaluate(node.policy, node.task, grid.id_split, **settings).accuracy,
-            evaluate(node.policy, node.task, grid.ood_split, **settings).accuracy)
+    return (evaluate(node.policy, node.task, grid.id_split, keep_records=records, **settings),
+            evaluate(node.policy, node.task, grid.ood_split, **settings))
 
 
 class _Curves:

@@ -20,12 +20,13 @@ creation time), which changes floating-point summation order only.
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ftis.node.config import SwarmConfig
 from ftis.node.runner.node import Node, RoundReport
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor
@@ -38,6 +39,15 @@ class LockstepError(RuntimeError):
     """A node of the swarm failed or stalled during a round; the message names it."""
 
 
+class SwarmMember(Protocol):
+    """A member of a lockstep swarm besides its nodes (``benchmarks/poisoning.py``: an attacker). Its
+    ``run_round`` must publish exactly one batch on its ``LockstepSwarm`` transport, as a node's does."""
+
+    def run_round(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
 class LockstepSwarm:
     """One in-memory swarm of ``size`` nodes whose publishes meet at a barrier each round."""
 
@@ -47,10 +57,11 @@ class LockstepSwarm:
         self._limits = InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches,
                                    swarm.max_buffered_bytes)
         self._run_id = swarm.run_id
+        self._reputation = swarm.reputation()
 
     def transport(self, peer_id: str, tokenizer: str) -> "LockstepTransport":
-        return LockstepTransport(MemoryTransport(self.hub, self._run_id, peer_id, tokenizer, self._limits),
-                                 self.barrier)
+        return LockstepTransport(MemoryTransport(self.hub, self._run_id, peer_id, tokenizer, self._limits,
+                                                 reputation=self._reputation), self.barrier)
 
 
 class LockstepTransport:
@@ -81,14 +92,24 @@ class LockstepTransport:
     def stats(self) -> TransportStats:
         return self._inner.stats()
 
+    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
+        self._inner.report_filtered(peer_id, batches, completions, filtered)
+
+    def scores(self) -> dict[str, PeerScore]:
+        return self._inner.scores()
+
     def close(self) -> None:
         self._inner.close()
 
 
-def step_round(nodes: Sequence[Node], barriers: Sequence[threading.Barrier] = ()) -> list[RoundReport]:
-    """One round of every node, each in its own thread; the reports in the nodes' order. If a node raises,
-    ``barriers`` are broken so that its peers stop waiting, and the first error is raised here."""
-    return in_parallel([node.run_round for node in nodes], barriers)
+def step_round(nodes: Sequence[Node], barriers: Sequence[threading.Barrier] = (),
+               members: Sequence[SwarmMember] = ()) -> list[RoundReport]:
+    """One round of every node and every other member, each in its own thread; the nodes' reports in their
+    order. If one raises, ``barriers`` are broken so that its peers stop waiting, and the first error is
+    raised here."""
+    results = in_parallel([*(node.run_round for node in nodes), *(member.run_round for member in members)],
+                          barriers)
+    return results[: len(nodes)]
 
 
 def in_parallel(calls: Sequence[Callable[[], T]], barriers: Sequence[threading.Barrier] = ()) -> list[T]:

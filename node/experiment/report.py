@@ -10,10 +10,11 @@ import math
 import time
 from pathlib import Path
 
+from ftis.node.atomic import write_atomic
 from ftis.node.experiment.grid import Grid
 from ftis.node.experiment.plots import plot_accuracy, plot_filtering
 from ftis.node.experiment.stats import ModelRow, Record, Spread, condition_rows, model_rows
-from ftis.node.experiment.store import read_cell, write_atomic
+from ftis.node.experiment.store import read_cell
 
 REPORT = "report.md"
 FIGURES = {"id": "accuracy_id.png", "ood": "accuracy_ood.png", "filtering": "filtering.png"}

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftis.node.atomic import write_atomic
 from ftis.node.experiment.grid import Cell, Grid
 from ftis.node.experiment.report import REPORT, write_report
-from ftis.node.experiment.store import read_cell, write_atomic, write_cell
+from ftis.node.experiment.store import read_cell, write_cell
 
 Echo = Callable[[str], None]
 SETTINGS = "grid.json"  # the grid as run last, for the record

@@ -9,11 +9,10 @@ fingerprint means the folder holds a grid of other settings: that is refused, ne
 """
 
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
+from ftis.node.atomic import write_atomic
 from ftis.node.experiment.grid import Cell
 
 CELLS = "cells"
@@ -49,16 +48,3 @@ def write_cell(out: Path, cell: Cell, record: dict[str, Any]) -> Path:
     return write_atomic(cell_path(out, cell), json.dumps(record, indent=1, allow_nan=False) + "\n")
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(staging, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(staging, path)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-    return path

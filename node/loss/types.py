@@ -55,3 +55,4 @@ class LossMetrics:
 class LossOutputs:
     loss: Tensor  # () scalar, carries the gradient to ``logprobs``
     metrics: LossMetrics
+    divergence_filtered: Tensor  # (B,) bool: dropped by the filter, and D_i > g (a trainer counts them per peer)

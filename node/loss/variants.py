@@ -105,7 +105,8 @@ def _finish(
     per_sequence = masked_mean_per_sequence(per_token, used)  # (B,)
     num_sequences = batch.active.sum()
     loss = -per_sequence.sum() / num_sequences.clamp(min=1)
-    return LossOutputs(loss, _metrics(batch, num_sequences, reported_weight, truncated, decision))
+    return LossOutputs(loss, _metrics(batch, num_sequences, reported_weight, truncated, decision),
+                       decision.by_divergence)
 
 
 def _metrics(

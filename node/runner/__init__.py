@@ -8,6 +8,7 @@ Files:
 - ``checkpoint.py`` checkpoints: atomic write, verified read, keep-last-K, resume refused for another model.
 - ``keeper.py``     when a running node checkpoints, exports its model and resumes (``[checkpoint]``).
 - ``metrics.py``    the per-step record and where it goes: ``metrics.jsonl``, TensorBoard events.
+- ``utilisation.py`` where a round's wall time goes (generating, training, the rest): the node's utilisation.
 - ``display.py``    the terminal: a live rich table, or one summary line per step off a terminal.
 - ``evaluation.py`` ``evaluate``: greedy accuracy on a held-out split, the fixed problem set, ``EvalResult``.
 - ``periodic_eval.py`` evaluation inside the join loop (``[eval]``): when, and its ``metrics.jsonl`` records.

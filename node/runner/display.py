@@ -3,7 +3,7 @@
 Two displays behind one small interface (``show(record)`` each step, ``close()`` at the end), both
 reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
 - ``TableDisplay``: a live rich table of the last steps and, below it, the peers whose groups this
-  node trained on, redrawn in place each step (on a terminal);
+  node trained on, redrawn in place each step (on a terminal); the caption counts muted peers;
 - ``LineDisplay``: one summary line per step (``summary_line``), for logs and pipes.
 
 ``make_display("auto" | "table" | "lines", echo)`` picks one; ``auto`` shows the table only when
@@ -76,8 +76,9 @@ def summary_line(record: Record) -> str:
     speed = (f"gen {r['generation_tokens_per_s']:.0f} tok/s  train {r['train_tokens']} tok"
              f" {r['train_tokens_per_s']:.0f} tok/s")
     traffic = f"sent {size(r['bytes_sent'])} recv {size(r['bytes_received'])}"
+    muted = f"  muted {len(r['muted_peers'])}" if r["muted_peers"] else ""
     return (f"round {r['round']:>5}  v{r['train_policy_version']:<5} {rewards}  {groups}  {trained}  {speed}  "
-            f"{traffic}  rejected {_rejections(r['rejections'])}")
+            f"{traffic}  rejected {_rejections(r['rejections'])}{muted}")
 
 
 class TableDisplay:
@@ -113,6 +114,8 @@ class TableDisplay:
     def _steps_table(self) -> Table:
         latest = self._records[-1]
         caption = f"rejected this step: {_rejections(latest['rejections'])}"
+        if latest["muted_peers"]:
+            caption += f"   muted peers: {len(latest['muted_peers'])}"
         if self._eval is not None:
             caption += f"   eval accuracy {self._eval[1]:.3f} at round {self._eval[0]}"
         table = Table(title=f"ftis-node: last steps (policy v{latest['train_policy_version']})", caption=caption,

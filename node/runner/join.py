@@ -10,11 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ftis.node.config import NodeConfig, TaskConfig
+from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.keeper import Keeper
 from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.node import Node
 from ftis.node.runner.periodic_eval import PeriodicEval
 from ftis.node.runner.prompts import uses_chat_template
+from ftis.node.runner.utilisation import LoopClock
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Task
 
@@ -51,7 +53,14 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
         from ftis.node.swarm.hivemind_transport import HivemindTransport
 
         def transport_factory(fingerprint: str) -> Transport:
-            return HivemindTransport(config.swarm, fingerprint)
+            transport = HivemindTransport(config.swarm, fingerprint)
+            # Any member is an entry point, so the swarm outlives its bootstrap; a client-mode node accepts
+            # no connections (and hivemind has no addresses to give for it).
+            if echo is not None and not config.swarm.client_mode:
+                echo("others can join through this node too:")
+                for maddr in transport.visible_maddrs:
+                    echo(f"  ftis-node join --peer {maddr}")
+            return transport
 
     transport = transport_factory(policy.fingerprint)
     try:
@@ -82,13 +91,23 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     try:
         keeper.start(resume)
         evaluation = PeriodicEval(node, echo)
+        clock = LoopClock()  # each round's share of the wall time, and what took it (utilisation.py)
+        evaluated: EvalResult | None = None
+
+        def evaluate() -> None:  # inside the round, with the weights it generated with (Node.run_round)
+            nonlocal evaluated
+            evaluated = evaluation.run_if_due(node, metrics.log)
+
         done = 0
         while rounds is None or done < rounds:
-            evaluated = evaluation.run_if_due(node, metrics.log)
-            report = node.run_round()
-            metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy)
+            evaluated = None
+            report = node.run_round(evaluate)
+            lap = clock.lap(report.seconds)
+            with clock.part("metrics"):
+                metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap)
             done += 1
-            keeper.after_round()
+            with clock.part("checkpoint"):
+                keeper.after_round()
         evaluation.run_if_due(node, metrics.log)  # the final weights, when due
     finally:
         try:

@@ -4,7 +4,9 @@ One flat record per step (``report_record``) is the single source of every outpu
 - ``DIR/metrics.jsonl``: one JSON object per line, appended and flushed every step;
 - ``DIR/tensorboard/``: TensorBoard event files, one scalar per figure (``tensorboard_scalars`` names
   them; view with ``tensorboard --logdir DIR/tensorboard``);
-- the terminal (``display.py``): a live table, or one summary line per step off a terminal.
+- the terminal (``display.py``): a live table, or one summary line per step off a terminal;
+- ``DIR/peers.json``: the node's scores of its peers (``swarm/peer_view.py``), replaced every step, for
+  ``ftis-node status --node DIR``.
 
 ``RunMetrics`` ties them together for the run loop: ``record(report, eval_accuracy=None)`` once per
 step, ``close()`` at the end. Rewards are binary (1: right format and answer), so a mean reward is an
@@ -23,15 +25,18 @@ from typing import IO, Any
 from ftis.node.config import MetricsConfig
 from ftis.node.runner.display import Display, make_display
 from ftis.node.runner.node import RoundReport
+from ftis.node.runner.utilisation import LoopLap
+from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.transport import TransportStats
 
 Record = dict[str, Any]
 
 
 def report_record(report: RoundReport, previous: TransportStats | None = None,
-                  eval_accuracy: float | None = None) -> Record:
+                  eval_accuracy: float | None = None, loop: LoopLap | None = None) -> Record:
     """A flat, JSON-ready record of one step. ``previous`` is the transport snapshot of the step
-    before (None for the first): per-step traffic and rejections are the differences from it."""
+    before (None for the first): per-step traffic and rejections are the differences from it. ``loop``:
+    the round's share of the run loop's wall time (``utilisation.py``), when the run loop measured it."""
     step = asdict(report.step)
     now, before = report.transport, previous or TransportStats()
     return {
@@ -66,6 +71,9 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
         "rejections": _by_reason(now.rejections, before.rejections),
         "rejections_total": _by_reason(now.rejections, {}),
         "rejections_by_peer": _by_peer(now.rejections),
+        "peer_scores": {peer: judged.score for peer, judged in report.scores.items()},
+        "muted_peers": sorted(peer for peer, judged in report.scores.items() if judged.muted_until is not None),
+        **(loop.record() if loop is not None else {}),
     }
 
 
@@ -134,8 +142,13 @@ def tensorboard_scalars(record: Mapping[str, Any]) -> dict[str, float]:
     scalars |= {f"groups/peer/{peer}": count for peer, count in record["peer_groups_by_peer"].items()}
     scalars |= {f"rejections/{reason}": count for reason, count in record["rejections"].items()}
     scalars["rejections/all"] = sum(record["rejections"].values())
+    scalars |= {f"peers/score/{peer}": score for peer, score in record["peer_scores"].items()}
+    scalars["peers/muted"] = len(record["muted_peers"])
     scalars |= {f"generator/{key[len('generator_'):]}": value for key, value in record.items()
                 if key.startswith("generator_") and isinstance(value, int | float)}
+    scalars |= {f"loop/{key[len('loop_'):]}": value for key, value in record.items() if key.startswith("loop_")}
+    if "utilisation" in record:
+        scalars["loop/utilisation"] = record["utilisation"]
     return {tag: float(value) for tag, value in scalars.items() if value is not None and math.isfinite(value)}
 
 
@@ -190,15 +203,19 @@ class RunMetrics:
 
     def __init__(self, folder: Path, config: MetricsConfig, echo: Callable[[str], None], console: Any = None):
         self.log = MetricsLog(folder)
+        self._folder = folder
         self.tensorboard = TensorBoardLog(folder / "tensorboard") if config.tensorboard else None
         self.display: Display = make_display(config.display, echo, rows=config.table_rows, console=console)
         self._previous: TransportStats | None = None
 
-    def record(self, report: RoundReport, eval_accuracy: float | None = None) -> Record:
-        """Write and show one step; ``eval_accuracy`` is the held-out accuracy when this step evaluated."""
-        record = report_record(report, self._previous, eval_accuracy)
+    def record(self, report: RoundReport, eval_accuracy: float | None = None, loop: LoopLap | None = None) -> Record:
+        """Write and show one step; ``eval_accuracy`` is the held-out accuracy when this step evaluated,
+        ``loop`` the round's share of the run loop's wall time."""
+        record = report_record(report, self._previous, eval_accuracy, loop)
         self._previous = report.transport
         self.log.write(record)
+        write_peer_view(self._folder, PeerView(record["time"], report.round, report.scores,
+                                               record["rejections_by_peer"]))  # for ftis-node status --node
         if self.tensorboard is not None:
             self.tensorboard.write(record)
         self.display.show(record)

@@ -16,6 +16,7 @@ shared seed and the round number, and a prompt's completions from all nodes form
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -26,6 +27,8 @@ from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_pro
 from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
 from ftis.node.runner.scoring import score_batch
+from ftis.node.runner.utilisation import Stopwatch
+from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
 from ftis.node.tasks import Problem, Task
 from ftis.node.trainer.horizontal import MergedGroups, merge_shared
@@ -61,6 +64,8 @@ class RoundReport:
     merged_group_size: float = float("nan")  # ...their mean number of completions (nan when none)
     mismatched_groups: int = 0  # ...peers' groups with a shared prompt's id but another task or prompt: apart
     generator: dict[str, object] = field(default_factory=dict)  # the backend's own counters (vLLM: weight syncs...)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of the round's parts (utilisation.py)
+    scores: dict[str, PeerScore] = field(default_factory=dict)  # peers as this node judges them (reputation.py)
 
 
 class RoundInterrupted(RuntimeError):
@@ -91,7 +96,9 @@ class Node:
                                pad_id=policy.tokenizer.pad_token_id or 0)
         self.round = 0
         self._rng = np.random.default_rng([config.model.seed, 1])
-        self._vocab_size = max(len(policy.tokenizer), int(policy.model.get_input_embeddings().weight.shape[0]))
+        embedding_rows = int(policy.model.get_input_embeddings().weight.shape[0])
+        self._vocab_size = max(len(policy.tokenizer), embedding_rows)  # what this node's batches declare
+        self._embedding_rows = embedding_rows  # a peer's id at or above it has no embedding here
         generation = config.generation
         self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
                                          generation.max_new_tokens)
@@ -101,26 +108,46 @@ class Node:
         self._later = LaterRounds()  # horizontal grouping: peers' batches of rounds not reached yet
         self._boundary = self._snapshot()
 
-    def run_round(self) -> RoundReport:
+    def run_round(self, evaluate: Callable[[], object] | None = None) -> RoundReport:
+        """One round. ``evaluate`` (the run loop's periodic evaluation) runs once this round's batch is
+        published and before its step: the weights are still the ones the round generated with, and the
+        peers have this node's batch without waiting for the evaluation (in rounds mode, they train meanwhile)."""
         self._boundary = self._snapshot()  # the state of the last completed round, for state_dict
-        own = self._generate()
-        self.transport.publish(own.batch)
-        scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
-                                 off_policy=self.config.loss.filter_local)
-        received, waited, late = self._collect()
+        watch = Stopwatch()  # where the round's wall time goes (utilisation.py)
+        own = self._generate(watch)
+        with watch.part("publish"):
+            self.transport.publish(own.batch)
+        if evaluate is not None:
+            with watch.part("eval"):
+                evaluate()
+        with watch.part("score_own"):
+            scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
+                                     off_policy=self.config.loss.filter_local)
+        with watch.part("collect"):
+            received, waited, late = self._collect()
         candidates, peer_rewards, unusable = [], [], 0
+        batches_by_peer: dict[str, int] = {}  # the peers' batches this step draws on (for their scores)
         rounds_mode = self.config.loop.mode == "rounds"  # a peer's batch of a later round waits for that round
-        for item in self._later.take(received, self.round) if rounds_mode else received:
-            scored = score_batch(item.batch, self.task, self.policy.tokenizer,
-                                 trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True)
-            candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
-            peer_rewards += scored.rewards
-            unusable += scored.unusable
-        chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups)
-        groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
-        merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
-        step = self.trainer.step(merged.groups)
+        with watch.part("score_peers"):
+            for item in self._later.take(received, self.round) if rounds_mode else received:
+                scored = score_batch(item.batch, self.task, self.policy.tokenizer,
+                                     trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
+                                     vocab_size=self._embedding_rows)
+                candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
+                batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
+                peer_rewards += scored.rewards
+                unusable += scored.unusable
+        with watch.part("select"):
+            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups)
+            groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
+            merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
+        with watch.part("train"):
+            step = self.trainer.step(merged.groups)
         self.generator.policy_version = self.trainer.policy_version
+        for peer, counts in step.filtered_by_peer.items():  # the filter's verdict on each peer, for its score
+            if peer in batches_by_peer:  # not this node's own stale groups
+                self.transport.report_filtered(peer, batches_by_peer[peer], counts.completions,
+                                               counts.divergence_filtered)
         by_peer: dict[str, int] = {}
         for candidate in chosen:
             by_peer[candidate.group.peer_id] = by_peer.get(candidate.group.peer_id, 0) + 1
@@ -139,10 +166,12 @@ class Node:
             late_peers=late,
             step=step,
             transport=self.transport.stats(),
+            scores=self.transport.scores(),
             merged_groups=merged.merged,
             merged_group_size=float(np.mean(merged.sizes)) if merged.sizes else float("nan"),
             mismatched_groups=merged.mismatched,
             generator=_generator_stats(self.generator),
+            seconds=watch.seconds,
         )
         self.round += 1
         if rounds_mode:  # fall into step with peers that are ahead
@@ -195,11 +224,13 @@ class Node:
     def _missing_peers(self) -> set[str]:
         """Live peers that have not yet delivered a batch of this round or a later one (a batch that
         arrived early, during an earlier round's wait, counts), plus a placeholder for each peer short
-        of ``loop.min_peers``."""
+        of ``loop.min_peers``. A muted peer is not waited for: its batches are refused anyway, and a peer
+        that got itself muted must not hold every round up to the deadline."""
         live_since = time.time() - self.config.swarm.announcement_ttl_s
+        muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
         live = {member.peer_id for member in self.transport.members()
                 if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
-                and member.last_seen >= live_since}
+                and member.last_seen >= live_since and member.peer_id not in muted}
         missing = {peer for peer in live if self._latest_seq.get(peer, -1) < self.round}
         wanted = self.config.loop.min_peers
         return missing | {f"(peer {k} of {wanted})" for k in range(len(live) + 1, wanted + 1)}
@@ -215,13 +246,14 @@ class Node:
             indices = self._rng.choice(size, size=count, replace=size < count)
         return [self.task.problem(split, int(index)) for index in indices]
 
-    def _generate(self) -> "_Own":
+    def _generate(self, watch: Stopwatch) -> "_Own":
         started = time.perf_counter()
         problems = self._problems()
         tokenizer = self.policy.tokenizer
         prompts = [prompt_ids(tokenizer, self.task.prompt(p), chat=self.chat) for p in problems]
-        completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling,
-                                              seed=int(self._rng.integers(2**31)))
+        seed = int(self._rng.integers(2**31))
+        with watch.part("generate"):
+            completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling, seed=seed)
         groups = []
         for k, (problem, prompt, generated) in enumerate(zip(problems, prompts, completions, strict=True)):
             texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
@@ -245,7 +277,9 @@ class Node:
             groups=tuple(groups),
         )
         tokens = sum(c.num_tokens for generated in completions for c in generated)
-        return _Own(batch, tokens, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        watch.seconds["build"] = seconds - watch.seconds["generate"]
+        return _Own(batch, tokens, seconds)
 
 
 def _generator_stats(generator: object) -> dict[str, object]:

@@ -4,6 +4,8 @@ multiple of ``eval.every``, and once more after the last round of a run with a f
 
 Why at the start of a round: that round's ``own_reward`` is the sampling accuracy of the same weights,
 so the step record that carries ``eval_accuracy`` describes one policy. Round 0 is the untrained model.
+The join loop runs it inside the round (``Node.run_round(evaluate)``), once the round's batch is published
+and before its step: the weights are still the round's first, and the peers need not wait for it.
 A node in ``rounds`` mode may jump rounds to fall into step with its peers; it evaluates at the first
 round past each multiple. The problems are the same every time (``evaluation.problem_indices``).
 

@@ -6,12 +6,15 @@ Files:
 - ``hivemind_transport.py`` ``HivemindTransport``: signed DHT announcements, payloads over P2P streams.
 - ``inbox.py``              the receive policy both apply (age, run, tokenizer, quotas, once only) and
                             the check of a fetched payload against its announcement.
+- ``reputation.py``         per-peer scores from delivered, refused, failed and divergence-filtered
+                            batches, and mutes for the peers that score too low.
+- ``peer_view.py``          a node's scores of its peers in ``DIR/peers.json``, for ``status --node``.
 - ``outbox.py``             this node's recent encoded batches and the announcement listing them.
 - ``records.py``            the run's sharded DHT keys and the signature + schema validators.
 - ``directory.py``          reading all shard keys in one DHT traversal; which announcements count.
 - ``identity.py``           identity files: one key for the peer id and the announcement signature.
 - ``bootstrap.py``          ``ftis-node bootstrap``: a DHT-only entry peer that logs what it sees.
-- ``status.py``             the members table ``ftis-node status`` prints.
+- ``status.py``             the members table ``ftis-node status`` prints (with a node's scores: ``--node``).
 
 Importing ``hivemind`` costs about 3 s (it imports torch): only the hivemind-based modules do.
 """

@@ -34,13 +34,16 @@ class Directory:
 
     def read(self, shard_values: Iterable[object]) -> Reading:
         """Announcements from the values a DHT ``get`` returned for the shard keys (None if absent)."""
+        # Owners are remembered from one read to the next, and only those of subkeys read again: the
+        # cache stays the size of one read, however many keys come and go over a long run.
+        known, self._owners = self._owners, {}
         announcements, rejected = [], []
         for value in shard_values:
             entries = getattr(value, "value", None)
             if not isinstance(entries, dict):
                 continue
             for subkey, entry in entries.items():
-                owner = self._owner(subkey)
+                owner = self._owner(subkey, known)
                 if owner is None:
                     continue  # no key, no way to blame anyone: the DHT's validators keep these out anyway
                 record = getattr(entry, "value", None)
@@ -51,15 +54,19 @@ class Directory:
                     announcements.append(announcement)
         return Reading(announcements, rejected)
 
-    def _owner(self, subkey: object) -> str | None:
+    def _owner(self, subkey: object, known: dict[bytes, str | None]) -> str | None:
         if not isinstance(subkey, bytes):
             return None
         if subkey not in self._owners:
-            try:
-                self._owners[subkey] = peer_id_of_owner(subkey)
-            except IdentityError:
-                self._owners[subkey] = None
+            self._owners[subkey] = known[subkey] if subkey in known else _proven_peer_id(subkey)
         return self._owners[subkey]
+
+
+def _proven_peer_id(subkey: bytes) -> str | None:
+    try:
+        return peer_id_of_owner(subkey)
+    except IdentityError:
+        return None
 
 
 def _decode(value: object) -> Announcement | None:

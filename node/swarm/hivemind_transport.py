@@ -8,9 +8,9 @@ shard keys are read in one DHT traversal (``directory.read_shards``).
 
 A fetch that fails in transit (refused connection, stream closed early, deadline passed) is tried
 again up to ``fetch_retries`` times, after ``fetch_retry_backoff_s`` doubling each time and only while
-the peer's latest announcement still lists the batch and it is within the max age: a stalling peer
-costs one deadline per attempt and is asked again only after the backoff. A payload refused on its
-contents (too large, wrong hash, undecodable) is never asked for again.
+the peer's latest announcement still lists the batch, it is within the max age and the peer is not
+muted: a stalling peer costs one deadline per attempt and is asked again only after the backoff. A
+payload refused on its contents (too large, wrong hash, undecodable) is never asked for again.
 
 Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the sequence number (8 bytes,
 big-endian); the server answers with the payload's length (8 bytes, big-endian; 0 when it no
@@ -47,6 +47,7 @@ from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.records import record_validators, run_prefix, shard_key, shard_of
+from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor, encode_announcement
@@ -120,7 +121,7 @@ class HivemindTransport:
         limits = InboxLimits(config.max_age_s, config.per_peer_quota, config.max_buffered_batches,
                              config.max_buffered_bytes)
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
-        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock)
+        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock, reputation=config.reputation())
         self._members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> sequence numbers its latest announcement lists
         self._directory = Directory()
@@ -159,6 +160,12 @@ class HivemindTransport:
 
     def stats(self) -> TransportStats:
         return transport_stats(self._inbox, self._outbox)
+
+    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
+        self._inbox.report_filtered(peer_id, batches, completions, filtered)
+
+    def scores(self) -> dict[str, PeerScore]:
+        return self._inbox.scores()
 
     def close(self) -> None:
         if self._closed:
@@ -315,8 +322,10 @@ class HivemindTransport:
             return
 
     def _still_offered(self, peer_id: str, descriptor: BatchDescriptor) -> bool:
-        """Worth another attempt: the peer's latest announcement lists the batch, and it is not stale."""
-        return descriptor.seq in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
+        """Worth another attempt: the peer's latest announcement lists the batch, it is not stale, and the
+        peer was not muted meanwhile."""
+        return (descriptor.seq in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
+                and not self._inbox.muted(peer_id))
 
     async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> bytes:
         _, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)

@@ -8,6 +8,11 @@ Every refusal is counted by peer and reason (``TransportStats.rejections``). Eac
 number) is considered once, so a batch is delivered at most once and a refused one is not asked for
 again (a transport may retry a fetch that failed in transit before it reports the failure).
 
+The outcomes are also evidence about each peer (``reputation.py``): deliveries count for it, refusals
+for what it sent (``PEER_FAULTS``) and failed fetches against it, and ``report_filtered`` adds the
+divergence filter's verdict on its completions. A peer whose score falls too low is muted: ``consider``
+refuses its batches (``MUTED``) until the mute ends.
+
 Thread-safe: the network thread calls ``consider``/``deliver``/``fail``, the training loop ``drain``.
 """
 
@@ -18,12 +23,14 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ftis.node.config import SwarmConfig
+from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, decode
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
 # Rejection reasons, as counted in TransportStats.rejections.
-STALE = "stale"  # created before now - max_age
+STALE = "stale"  # created before now - max_age (or dated more than MAX_CLOCK_AHEAD_S ahead of now)
 OTHER_RUN = "other_run"
 TOKENIZER = "tokenizer"  # another tokenizer fingerprint: the ids mean nothing here (skipped)
 PEER_QUOTA = "peer_quota"  # the peer already has its quota of batches in flight or queued
@@ -32,8 +39,18 @@ TOO_LARGE = "too_large"  # announced or sent more bytes than allowed
 FETCH_FAILED = "fetch_failed"  # unreachable, stalled past the deadline, or closed the stream early
 HASH_MISMATCH = "hash_mismatch"
 DECODE_ERROR = "decode_error"
-NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but peer, run, seq or tokenizer differ
+NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but not the batch announced: peer, run, seq, tokenizer,
+# creation time, groups, tokens or policy version differ
 BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key than its peer id's
+
+# Peers' clocks differ by seconds (hivemind needs < 3 s to bootstrap). A batch dated further ahead would
+# stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
+MAX_CLOCK_AHEAD_S = 60.0
+MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
+
+# Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
+# network may be at fault); the other reasons say nothing about the peer.
+PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT})
 
 
 @dataclass(frozen=True)
@@ -45,8 +62,11 @@ class InboxLimits:
 
 
 class Inbox:
-    def __init__(self, run_id: str, tokenizer: str, limits: InboxLimits, clock: Callable[[], float] = time.time):
+    def __init__(self, run_id: str, tokenizer: str, limits: InboxLimits, clock: Callable[[], float] = time.time,
+                 reputation: ReputationSettings | None = None):
+        """``reputation``: how peers are scored and muted; None takes ``SwarmConfig``'s defaults."""
         self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
+        self._reputation = Reputation(reputation if reputation is not None else SwarmConfig().reputation())
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, seq) -> created_at
         # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered
@@ -69,12 +89,14 @@ class Inbox:
             now = self._clock()
             if now >= self._next_prune:  # at most once a second: a poll considers every listed batch
                 self._forget_older_than(now - self._limits.max_age_s)
+                self._reputation.forget_faded(now)
                 self._next_prune = now + 1.0
             if key in self._seen and key not in self._deferred:
                 return False
             if descriptor.created_at <= self._forgotten.get(announcement.peer_id, -1.0):
                 return False
-            self._seen[key] = descriptor.created_at
+            # a date too far ahead (refused as stale) is remembered as now: forgotten max_age later, like any other
+            self._seen[key] = descriptor.created_at if descriptor.created_at <= now + MAX_CLOCK_AHEAD_S else now
             reason = self._refusal(announcement, descriptor, now)
             if reason in (PEER_QUOTA, BUFFER_FULL):
                 if key not in self._deferred:
@@ -96,6 +118,8 @@ class Inbox:
             return STALE
         if announcement.tokenizer != self._tokenizer:
             return TOKENIZER
+        if self._reputation.muted(announcement.peer_id, now):
+            return MUTED
         if sum(1 for peer, _ in self._pending if peer == announcement.peer_id) >= self._limits.per_peer_quota:
             return PEER_QUOTA
         if (len(self._pending) >= self._limits.max_batches
@@ -111,12 +135,15 @@ class Inbox:
                 return False  # not considered, or already settled
             self._in_flight.discard(key)
             matches = (batch.peer_id == peer_id and batch.seq == descriptor.seq and batch.run_id == self._run_id
-                       and batch.tokenizer.fingerprint == self._tokenizer)
+                       and batch.tokenizer.fingerprint == self._tokenizer and batch.created_at == descriptor.created_at
+                       and len(batch.groups) == descriptor.groups and batch.num_completion_tokens == descriptor.tokens
+                       and batch.policy.policy_version == descriptor.policy_version)
             if not matches:
                 del self._pending[key]
                 self._count(peer_id, NOT_AS_ANNOUNCED)
                 return False
             self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
+            self._reputation.delivered(peer_id, self._clock())
             self._stats.delivered_batches += 1
             self._stats.delivered_bytes += payload_bytes
             return True
@@ -126,7 +153,7 @@ class Inbox:
         return self._fresh(descriptor, self._clock())
 
     def _fresh(self, descriptor: BatchDescriptor, now: float) -> bool:
-        return descriptor.created_at >= now - self._limits.max_age_s
+        return now - self._limits.max_age_s <= descriptor.created_at <= now + MAX_CLOCK_AHEAD_S
 
     def fail(self, peer_id: str, descriptor: BatchDescriptor, reason: str) -> None:
         """A considered batch that could not be fetched or checked: counted, not asked for again."""
@@ -144,6 +171,22 @@ class Inbox:
             if self._bad_announcements.get(peer_id) != digest:
                 self._bad_announcements[peer_id] = digest
                 self._count(peer_id, BAD_ANNOUNCEMENT)
+
+    def muted(self, peer_id: str) -> bool:
+        """Whether the peer is muted now (a transport asks before retrying a fetch)."""
+        with self._lock:
+            return self._reputation.muted(peer_id, self._clock())
+
+    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
+        """A step trained on ``completions`` of the peer's completions, drawn from ``batches`` of its batches,
+        and the divergence filter dropped ``filtered`` of them: evidence about the peer (``Reputation.filtered``)."""
+        with self._lock:
+            self._reputation.filtered(peer_id, batches, completions, filtered, self._clock())
+
+    def scores(self) -> dict[str, PeerScore]:
+        """Every peer this inbox has evidence about, as it judges it now."""
+        with self._lock:
+            return self._reputation.snapshot(self._clock())
 
     def drain(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         with self._lock:
@@ -164,6 +207,10 @@ class Inbox:
     def _count(self, peer_id: str, reason: str) -> None:
         key = (peer_id, reason)
         self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
+        if reason in PEER_FAULTS:
+            self._reputation.refused(peer_id, self._clock())
+        elif reason == FETCH_FAILED:
+            self._reputation.failed(peer_id, self._clock())
 
     def _forget_older_than(self, cutoff: float) -> None:
         """Seen entries of batches too old to be accepted again anyway: bounded memory."""

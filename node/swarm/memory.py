@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected, open_payload
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
+from ftis.node.swarm.reputation import PeerScore, ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import DecodeError, RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
@@ -55,10 +56,10 @@ class MemoryHub:
 
 class MemoryTransport:
     def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None):
         self._hub, self._peer_id = hub, peer_id
         self._outbox = Outbox(run_id, peer_id, clock=clock)
-        self._inbox = Inbox(run_id, tokenizer, limits, clock)
+        self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
         self._members: dict[str, Member] = {}
         self._closed = False
         hub.join(peer_id, self._outbox)
@@ -107,6 +108,12 @@ class MemoryTransport:
 
     def stats(self) -> TransportStats:
         return transport_stats(self._inbox, self._outbox)
+
+    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
+        self._inbox.report_filtered(peer_id, batches, completions, filtered)
+
+    def scores(self) -> dict[str, PeerScore]:
+        return self._inbox.scores()
 
     def close(self) -> None:
         if not self._closed:

@@ -1,11 +1,14 @@
-"""The members table ``ftis-node status`` prints."""
+"""The members table ``ftis-node status`` prints, with a node's scores and mutes when given its view."""
 
 import time
 
+from ftis.node.swarm.peer_view import PeerView, muted_now
 from ftis.node.swarm.transport import Member
 
 
-def members_table(members: list[Member], run_id: str, now: float | None = None) -> str:
+def members_table(members: list[Member], run_id: str, now: float | None = None, view: PeerView | None = None) -> str:
+    """One row per member; ``view`` (a node's ``peers.json``) adds its score of each member and whether
+    it mutes it ("-" for a member the node has no record of, such as itself)."""
     now = time.time() if now is None else now
     if not members:
         return f"run {run_id!r}: no members are announcing"
@@ -15,8 +18,20 @@ def members_table(members: list[Member], run_id: str, now: float | None = None) 
          f"{max(0.0, now - m.last_seen):.0f} s ago")
         for m in members
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [f"run {run_id!r}: {len(members)} member{'s' if len(members) != 1 else ''}"]
+    if view is not None:
+        header += ("score", "muted")
+        rows = [(*row, *_judgement(view, m.peer_id, now)) for row, m in zip(rows, members, strict=True)]
+        lines.append(f"scores: the node's view of round {view.round}, {max(0.0, now - view.time):.0f} s ago")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
               for row in [header, *rows]]
     return "\n".join(lines)
+
+
+def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str]:
+    score = view.scores.get(peer_id)
+    if score is None:
+        return "-", "-"
+    muted = f"{score.muted_until - now:.0f} s more" if muted_now(score, now) else "no"
+    return f"{score.score:.2f}", muted

@@ -8,6 +8,7 @@ Both apply the same receive policy (``inbox.py``) and pass the same contract tes
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ftis.node.swarm.reputation import PeerScore
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
@@ -68,6 +69,15 @@ class Transport(Protocol):
 
     def stats(self) -> TransportStats:
         """A snapshot of counters: published, delivered, and rejections by peer and reason."""
+        ...
+
+    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
+        """Evidence for the peer's score: a step trained on ``completions`` of its completions, drawn from
+        ``batches`` of its batches, and the divergence filter dropped ``filtered`` of them (``reputation.py``)."""
+        ...
+
+    def scores(self) -> dict[str, PeerScore]:
+        """Every peer this node has evidence about, as it judges it now: score, evidence, muted until."""
         ...
 
     def close(self) -> None:

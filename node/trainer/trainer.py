@@ -10,15 +10,25 @@ horizontal mode that is decided per advantage group, over every node's completio
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, compute_loss
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import micro_batches, pack
+
+
+@dataclass(frozen=True)
+class PeerFiltered:
+    """One generator's off-policy completions a step judged (with at least one token, in groups with reward
+    variance), and how many of them the filter dropped for divergence (D > g): evidence for its score."""
+
+    completions: int
+    divergence_filtered: int
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class StepMetrics:
     truncated_fraction: float
     divergence_mean: float
     seconds: float
+    filtered_by_peer: dict[str, PeerFiltered] = field(default_factory=dict)  # by the groups' peer_id
 
     @property
     def tokens_per_s(self) -> float:
@@ -99,6 +110,7 @@ class Trainer:
             share = float(out.metrics.num_sequences) / total
             (out.loss * share).backward()
             sums.add(out, packed, share)
+            sums.add_peers(chunk, out.divergence_filtered)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
         self.steps_started += 1
         self.optimizer.step()
@@ -123,6 +135,7 @@ class _Sums:
         self.weight_sum = self.truncated = self.divergence = 0.0
         self.weight_max = 0.0
         self.tokens = self.off_policy = 0
+        self.by_peer: dict[str, PeerFiltered] = {}
 
     def add(self, out, packed, share: float) -> None:
         m = out.metrics
@@ -139,9 +152,24 @@ class _Sums:
         self.tokens += tokens
         self.off_policy += off_policy
 
+    def add_peers(self, chunk: list[TrainingGroup], divergence_filtered: Tensor) -> None:
+        """Count the off-policy groups' judged and divergence-filtered completions by peer; ``pack`` lays out
+        the chunk's rows group after group, each group's completions in order."""
+        dropped = divergence_filtered.tolist()  # (B,)
+        start = 0
+        for group in chunk:
+            rows = dropped[start : start + group.size]
+            start += group.size
+            if group.off_policy:
+                before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0))
+                self.by_peer[group.peer_id] = PeerFiltered(
+                    before.completions + int((group.completions.lengths > 0).sum()),
+                    before.divergence_filtered + sum(rows))
+
     def metrics(self, **fields: object) -> StepMetrics:
         return StepMetrics(
             trained=True,
+            filtered_by_peer=self.by_peer,
             loss=self.loss,
             tokens=self.tokens,
             filtered_fraction=self.filtered,

@@ -1,0 +1,73 @@
+"""Helpers shared by the CPU benchmarks of the node (``trainer.py``, ``generation.py``); not a benchmark itself.
+
+- ``demo_cases``: the models of ``ftis-node demo`` as its packaged settings (``node/demo/config.toml``) make
+  them — tiny-small full, tiny-medium full, tiny-small LoRA — plus tiny-medium LoRA (the small LoRA node's
+  adapter settings on the medium model) and, with ``larger``, tiny-large full; each a whole ``NodeConfig``
+  with the demo's task, generation and mix settings.
+- ``load_case``: the case's policy, random weights from its seed (the demo warms the tiny models up first;
+  timing does not depend on the weights, except that a random model rarely stops before ``max_new_tokens``).
+- ``demo_prompts``: the task's prompts as the node tokenizes them (no chat template: the tiny models have none).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ftis.node.config import NodeConfig
+from ftis.node.demo.settings import load_demo_config, merged
+
+EXTRA_CASES = {  # over the demo's [common], like its own [nodes.<name>] tables
+    "medium-lora": {"model": {"name": "tiny-medium", "adapter": "lora", "lora_rank": 8, "lora_alpha": 16.0}},
+    "large": {"model": {"name": "tiny-large", "adapter": "full"}},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # the demo's node name, or one of EXTRA_CASES
+    config: NodeConfig
+
+    @property
+    def label(self) -> str:
+        return f"{self.config.model.name} {self.config.model.adapter}"
+
+    def with_generation(self, **settings: int) -> "Case":
+        """The same case with some ``[generation]`` settings replaced (``prompts_per_round=4``...)."""
+        generation = self.config.generation.model_copy(update=settings)
+        return Case(self.name, self.config.model_copy(update={"generation": generation}))
+
+
+def demo_cases(*, larger: bool = False, names: list[str] | None = None) -> list[Case]:
+    """The demo's nodes (in the file's order), tiny-medium LoRA, and tiny-large with ``larger``; ``names``
+    picks some of them by name (``ValueError`` for an unknown one)."""
+    demo = load_demo_config()
+    settings = demo.node_settings()
+    settings["medium-lora"] = merged(demo.common, EXTRA_CASES["medium-lora"])
+    if larger or (names and "large" in names):
+        settings["large"] = merged(demo.common, EXTRA_CASES["large"])
+    for values in settings.values():
+        values.get("model", {}).pop("warmup", None)  # random weights: no warm start to train or load
+    if names:
+        unknown = [name for name in names if name not in settings]
+        if unknown:
+            raise ValueError(f"unknown case {', '.join(unknown)}; choose from {', '.join(settings)}")
+        settings = {name: settings[name] for name in names}
+    return [Case(name, NodeConfig.model_validate(values)) for name, values in settings.items()]
+
+
+def load_case(config: NodeConfig):
+    """The case's ``Policy`` (CPU, float32)."""
+    from ftis.node.models import load_policy
+
+    m = config.model
+    return load_policy(m.name, adapter=m.adapter, seed=m.seed, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
+
+
+def demo_prompts(config: NodeConfig, tokenizer, count: int, first: int = 0) -> list[np.ndarray]:
+    """Prompt ids of the task's problems ``first``..``first + count - 1`` of its training split."""
+    from ftis.node.runner.join import build_task
+    from ftis.node.runner.prompts import prompt_ids
+
+    task = build_task(config.task)
+    return [prompt_ids(tokenizer, task.prompt(task.problem(config.task.split, index)), chat=False)
+            for index in range(first, first + count)]

@@ -1,0 +1,74 @@
+"""The CPU benchmarks of the node (``benchmarks/trainer.py``, ``benchmarks/generation.py``) run end to end in their
+``--quick`` form and print figures that parse, so they cannot rot between the runs that measure the README's
+figures; their pure helpers are checked on hand-built inputs. Nothing here times anything.
+
+Run: python -m pytest tests/test_benchmarks.py -q
+"""
+
+import importlib
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def benchmarks(monkeypatch):
+    """``import_module`` for ``benchmarks.*`` (a folder at the repository root, not an installed package)."""
+    monkeypatch.syspath_prepend(str(REPO))
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
+
+
+def table_rows(printed: str, first_cell: str) -> list[list[str]]:
+    """The cells of the printed table rows whose first cell is ``first_cell``."""
+    rows = [[cell.strip() for cell in line.split("|")] for line in printed.splitlines() if "|" in line]
+    return [row for row in rows if row[0] == first_cell]
+
+
+def test_trainer_benchmark_quick_prints_a_ratio_per_model_and_checks_identical_work(benchmarks, capsys):
+    benchmarks("trainer").main(["--quick"])
+    printed = capsys.readouterr().out
+    (row,) = table_rows(printed, "tiny-small full")
+    step_ftis, step_nois, ratio = row[3], row[4], float(row[5])
+    assert step_ftis.endswith(" ms") and step_nois.endswith(" ms"), printed
+    assert 0.2 < ratio < 5, printed  # a ratio of two medians of the same work, give or take the machine's noise
+    assert row[-1] == "yes", printed  # weights and AdamW state restored: every repetition did the same step
+    summary = re.search(r"tiny-small full: ftis step ([\d.]+)× nois \(median; goal ≤ 1.05×: (met|MISSED by [\d.]+%)\), "
+                        r"fastest ([\d.]+)×; the part that differs \(loss \+ its backward\) adds ([-+][\d.]+) ms",
+                        printed)
+    assert summary and float(summary.group(1)) == ratio and float(summary.group(3)) == float(row[7]), printed
+
+
+def test_generation_benchmark_quick_prints_backend_and_raw_speeds(benchmarks, capsys):
+    benchmarks("generation").main(["--quick"])
+    printed = capsys.readouterr().out
+    (row,) = table_rows(printed, "tiny-small full")
+    threads, max_new, sequences = int(row[1]), int(row[2]), int(row[3])
+    backend, backend_tokens = float(row[4].replace(",", "")), int(row[5])
+    raw, raw_tokens = float(row[6].replace(",", "")), int(row[7])
+    assert (threads, max_new, sequences) == (1, 6, 2 * 8), printed  # 2 prompts × the demo's G = 8
+    assert 0 < backend_tokens <= sequences * max_new and 0 < raw_tokens <= sequences * max_new, printed
+    assert backend > 0 and raw > 0 and float(row[8]) == pytest.approx(backend / raw, rel=0.02), printed
+
+
+def test_kept_tokens_count_through_the_first_end_of_sequence(benchmarks):
+    kept_tokens = benchmarks("generation").kept_tokens
+    eos = 2
+    generated = np.array([
+        [5, 6, 7, 8],  # no end of sequence: all 4
+        [5, 2, 0, 0],  # stops at the second token, padding after it: 2
+        [2, 2, 0, 0],  # an end of sequence first: 1
+    ])  # fmt: skip
+    assert kept_tokens(generated, eos) == 4 + 2 + 1
+
+
+def test_benchmark_rewards_make_every_group_informative(benchmarks):
+    informative_rewards = benchmarks("trainer").informative_rewards
+    rng = np.random.default_rng(0)
+    for size in (2, 3, 8):
+        for _ in range(50):
+            rewards = informative_rewards(rng, size)
+            assert rewards.shape == (size,) and set(rewards.tolist()) == {0.0, 1.0}

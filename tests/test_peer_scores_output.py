@@ -1,0 +1,98 @@
+"""Where a node's peer scores show: the step record (``metrics.jsonl``), TensorBoard tags, the terminal,
+``DIR/peers.json`` and the members table of ``ftis-node status --node DIR``.
+
+Run: python -m pytest tests/test_peer_scores_output.py -q
+"""
+
+from dataclasses import replace
+
+import pytest
+from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
+from typer.testing import CliRunner
+
+from ftis.node.cli import app
+from ftis.node.config import MetricsConfig
+from ftis.node.runner.display import summary_line
+from ftis.node.runner.metrics import RunMetrics, report_record, tensorboard_scalars
+from ftis.node.swarm.peer_view import PEER_VIEW_FILE, PeerView, PeerViewError, read_peer_view, write_peer_view
+from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.status import members_table
+from ftis.node.swarm.transport import Member
+
+NOW = 1_700_000_000.0
+SCORES = {
+    PEER_A: PeerScore(score=0.95, good=18.0, bad=0.5, muted_until=None, mutes=0),
+    PEER_B: PeerScore(score=0.2, good=1.0, bad=9.0, muted_until=NOW + 240, mutes=2),
+}
+
+
+def scored_report(round_: int = 4):
+    return replace(report(round_, transport=AFTER), scores=SCORES)
+
+
+def test_the_record_holds_each_peers_score_and_the_muted_peers():
+    record = report_record(scored_report(), previous=BEFORE)
+    assert record["peer_scores"] == {PEER_A: 0.95, PEER_B: 0.2}
+    assert record["muted_peers"] == [PEER_B]
+    scalars = tensorboard_scalars(record)
+    assert scalars[f"peers/score/{PEER_A}"] == 0.95 and scalars[f"peers/score/{PEER_B}"] == 0.2
+    assert scalars["peers/muted"] == 1
+    quiet = report_record(report(0))  # no peer scored yet
+    assert quiet["peer_scores"] == {} and quiet["muted_peers"] == []
+    assert tensorboard_scalars(quiet)["peers/muted"] == 0
+
+
+def test_the_summary_line_counts_muted_peers_only_when_there_are_some():
+    assert summary_line(report_record(scored_report(), previous=BEFORE)).endswith("muted 1")
+    assert "muted" not in summary_line(report_record(report(transport=AFTER), previous=BEFORE))
+
+
+def test_run_metrics_replaces_the_peer_view_every_step(tmp_path):
+    metrics = RunMetrics(tmp_path, MetricsConfig(display="lines", tensorboard=False), lambda line: None)
+    try:
+        metrics.record(report(3, transport=BEFORE))
+        first = read_peer_view(tmp_path)
+        metrics.record(scored_report(4))
+    finally:
+        metrics.close()
+    assert first.round == 3 and first.scores == {}
+    assert first.rejections == {PEER_A: {"stale": 2}, PEER_B: {"quota": 1}}  # refused, never judged
+    view = read_peer_view(tmp_path)
+    assert view.round == 4 and view.scores == SCORES
+    assert view.rejections[PEER_B] == {"hash": 1, "quota": 1, "stale": 2}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging file left
+
+
+def test_a_missing_or_damaged_peer_view_is_a_clear_error(tmp_path):
+    with pytest.raises(PeerViewError, match="is a node running with --out"):
+        read_peer_view(tmp_path)
+    (tmp_path / PEER_VIEW_FILE).write_text('{"time": 1, "round": 0, "peers": {"x": {"score": 0.5}}}')
+    with pytest.raises(PeerViewError, match="not a peer view"):
+        read_peer_view(tmp_path)
+
+
+def member(peer_id: str) -> Member:
+    return Member(peer_id, "tiny-small", "full", "fp", 7, 8, 900, NOW - 2)
+
+
+def test_the_members_table_adds_the_nodes_scores_and_mutes(tmp_path):
+    members = [member(PEER_A), member(PEER_B), member("12D3KooWSelf")]
+    plain = members_table(members, "run-x", now=NOW)
+    assert "score" not in plain and "muted" not in plain  # without a view: unchanged
+    write_peer_view(tmp_path, PeerView(NOW - 3, 12, SCORES, {PEER_B: {"hash_mismatch": 5}}))
+    table = members_table(members, "run-x", now=NOW, view=read_peer_view(tmp_path))
+    lines = table.splitlines()
+    assert lines[1] == "scores: the node's view of round 12, 3 s ago"
+    assert lines[2].split() == ["peer", "id", "model", "adapter", "policy", "batches", "tokens", "last", "seen",
+                                "score", "muted"]
+    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    assert rows[PEER_A][-2:] == ["0.95", "no"]
+    assert rows[PEER_B][-4:] == ["0.20", "240", "s", "more"]
+    assert rows["12D3KooWSelf"][-2:] == ["-", "-"]  # the node itself, or a member it has no record of
+
+
+def test_status_with_a_folder_without_a_view_exits_before_joining(tmp_path):
+    result = CliRunner().invoke(app, ["status", "--peer", "/ip4/127.0.0.1/tcp/1/p2p/QmNotUsed",
+                                      "--node", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "peers.json does not exist" in result.output

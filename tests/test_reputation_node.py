@@ -1,0 +1,93 @@
+"""Peer scores inside a node: the trainer counts each peer's divergence-filtered completions, and a node
+on the in-memory transport mutes a peer whose log-probs are made up while an honest peer keeps its score.
+
+Run: python -m pytest tests/test_reputation_node.py -q
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+from node_helpers import make_node
+
+from ftis.node.config import LossConfig, TrainerConfig
+from ftis.node.models import load_policy
+from ftis.node.swarm.inbox import MUTED
+from ftis.node.swarm.memory import MemoryHub
+from ftis.node.swarm.transport import Transport
+from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.packing import pack
+from ftis.node.trainer.trainer import PeerFiltered, Trainer
+from ftis.protocol import RolloutBatch
+from ftis.protocol.schema import CompletionColumns
+
+
+def group(peer: str, rewards: list[float], logprobs: str, policy, off_policy: bool = True) -> TrainingGroup:
+    """Four 3-token completions of one prompt; ``logprobs`` "zero" (made up) or "true" (the model's own)."""
+    rng = np.random.default_rng(len(peer) + len(rewards))
+    lengths = np.full(len(rewards), 3, np.int64)
+    ids = rng.integers(1, len(policy.tokenizer), int(lengths.sum()))
+    columns = CompletionColumns(ids, np.zeros(len(ids), np.float32), lengths, np.zeros(len(rewards)),
+                                tuple("stop" for _ in rewards))
+    built = TrainingGroup(f"{peer}/0", peer, rng.integers(1, 50, 4), columns, np.array(rewards), off_policy, 1.0)
+    if logprobs == "true":
+        with torch.no_grad():
+            packed = pack([built])
+            own = completion_logprobs(policy.model, packed)[packed.loss_mask].numpy()
+        built = replace(built, completions=replace(columns, sampler_logprobs=own.astype(np.float32)))
+    return built
+
+
+def test_the_trainer_counts_each_peers_judged_and_divergence_filtered_completions():
+    policy = load_policy("tiny-small", seed=0)
+    trainer = Trainer(policy.model, "full", LossConfig(divergence_threshold=10.0), TrainerConfig(learning_rate=1e-3))
+    groups = [
+        group("me", [1, 0, 1, 0], "true", policy, off_policy=False),  # own fresh samples: never filtered
+        group("honest", [1, 0, 0, 1], "true", policy),  # D = 0: kept (or dropped for Â ≤ 0 only)
+        group("garbage", [0, 1, 1, 0], "zero", policy),  # log-prob 0 claimed on every token: D ≫ g
+        group("garbage", [1, 1, 1, 1], "zero", policy),  # no reward variance: not trained, not judged
+    ]
+    step = trainer.step(groups)
+    assert step.trained
+    assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0), "garbage": PeerFiltered(4, 4)}
+
+
+class ZeroLogprobs:
+    """A node's transport that publishes its batches claiming log-prob 0 on every token: a forger."""
+
+    def __init__(self, inner: Transport):
+        self._inner = inner
+
+    def publish(self, batch: RolloutBatch):
+        groups = tuple(g.replace(completions=tuple(
+            replace(c, sampler_logprobs=np.zeros_like(c.sampler_logprobs)) for c in g.completions))
+            for g in batch.groups)
+        return self._inner.publish(replace(batch, groups=groups))
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def test_a_node_mutes_a_peer_with_made_up_logprobs_and_keeps_an_honest_peers_score():
+    hub = MemoryHub()
+    settings = dict(loss={"divergence_threshold": 10.0}, trainer={"learning_rate": 1e-3})
+    receiver = make_node(hub, "receiver", **settings)
+    honest = make_node(hub, "honest", **settings)  # the receiver's model and seed: its log-probs agree
+    forger = make_node(hub, "forger", seed=1, **settings)
+    forger.transport = ZeroLogprobs(forger.transport)
+    reports = []
+    for _ in range(4):  # every batch of the forger is divergence-filtered: muted after its second
+        honest.run_round()
+        forger.run_round()
+        reports.append(receiver.run_round())
+    judged = {peer: [r.step.filtered_by_peer.get(peer) for r in reports] for peer in ("honest", "forger")}
+    forged = [counts for counts in judged["forger"] if counts is not None]
+    assert forged and all(counts.divergence_filtered == counts.completions for counts in forged), judged
+    assert all(counts is None or counts.divergence_filtered == 0 for counts in judged["honest"]), judged
+    final = reports[-1].scores
+    assert final["forger"].muted_until is not None and final["forger"].score < 0.3
+    assert final["honest"].muted_until is None and final["honest"].score == 1.0
+    # muted: its later batches are refused unfetched, and no group of it is trained on any more
+    assert reports[-1].transport.rejections[("forger", MUTED)] >= 1
+    assert "forger" not in reports[-1].peer_groups_by_peer and reports[-1].peer_groups_by_peer["honest"] > 0
