@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ftis.node.demo.toml_file import write_toml
 from ftis.node.models import load_policy
 from ftis.node.tasks import make_task
 
@@ -37,3 +38,21 @@ def digit_model(folder: Path) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_node_config(path: Path, model: Path, run_id: str, **sections: dict) -> Path:
+    """A ``ftis-node join`` config for the digit model on one-digit sums: one-token completions, a checkpoint
+    after every round, one line per step; ``sections`` override or add settings, table by table."""
+    settings = {
+        "model": {"name": str(model)},
+        "task": {"name": "arithmetic", "arithmetic": ARITHMETIC},
+        "generation": {"prompts_per_round": 6, "group_size": 8, "max_new_tokens": 1},
+        "trainer": {"learning_rate": 1e-3},
+        "swarm": {"run_id": run_id, "host_maddrs": ["/ip4/127.0.0.1/tcp/0"]},
+        "metrics": {"display": "lines", "tensorboard": False},
+        "checkpoint": {"every_rounds": 1, "keep_last": 2, "export_on_checkpoint": False},
+    }
+    for name, values in sections.items():
+        settings[name] = {**settings.get(name, {}), **values}
+    write_toml(path, settings)
+    return path

@@ -36,7 +36,7 @@ import psutil
 import pytest
 from cli_process import CliProcess
 from conftest import reap
-from digit_model import ARITHMETIC, digit_model
+from digit_model import digit_model, write_node_config
 from hivemind_swarm import DEADLINE_S, Peer, Swarm, kill_tree, start_bootstrap
 
 from ftis.node.runner.checkpoint import list_checkpoints, read_checkpoint
@@ -135,34 +135,9 @@ class PeerProcess:
 def write_config(path: Path, model: Path) -> Path:
     """A node whose optimizer step takes most of its round (many groups, one-token completions, one group
     per micro-batch): a kill soon after it publishes lands in its step. A checkpoint after every round."""
-    arithmetic = "\n".join(f"{key} = {json.dumps(value)}" for key, value in ARITHMETIC.items())
-    path.write_text(f"""
-[model]
-name = "{model}"
-[task]
-name = "arithmetic"
-[task.arithmetic]
-{arithmetic}
-[generation]
-prompts_per_round = 32
-group_size = 64
-max_new_tokens = 1
-[trainer]
-learning_rate = 1e-3
-max_tokens_per_microbatch = 64
-[swarm]
-run_id = "{RUN}"
-host_maddrs = ["/ip4/127.0.0.1/tcp/0"]
-announce_interval_s = 1.0
-[metrics]
-display = "lines"
-tensorboard = false
-[checkpoint]
-every_rounds = 1
-keep_last = 3
-export_on_checkpoint = false
-""")
-    return path
+    return write_node_config(path, model, RUN, generation={"prompts_per_round": 32, "group_size": 64},
+                             trainer={"max_tokens_per_microbatch": 64}, swarm={"announce_interval_s": 1.0},
+                             checkpoint={"keep_last": 3})
 
 
 class Trainer:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import reap, stray_processes
-from digit_model import ARITHMETIC, digit_model
+from digit_model import digit_model, write_node_config
 
 from ftis.node.runner.checkpoint import CheckpointError, list_checkpoints, read_checkpoint, read_manifest
 
@@ -26,33 +26,6 @@ pytestmark = pytest.mark.hivemind
 
 FTIS_NODE = str(Path(sys.executable).with_name("ftis-node"))  # the entry point installed beside this Python
 START_TIMEOUT_S = 90.0  # importing torch and hivemind dominates, and a loaded machine takes several times longer
-def write_config(path: Path, model: Path) -> Path:
-    arithmetic = "\n".join(f"{key} = {json.dumps(value)}" for key, value in ARITHMETIC.items())
-    path.write_text(f"""
-[model]
-name = "{model}"
-[task]
-name = "arithmetic"
-[task.arithmetic]
-{arithmetic}
-[generation]
-prompts_per_round = 6
-group_size = 8
-max_new_tokens = 1
-[trainer]
-learning_rate = 1e-3
-[swarm]
-run_id = "resume-test"
-host_maddrs = ["/ip4/127.0.0.1/tcp/0"]
-[metrics]
-display = "lines"
-tensorboard = false
-[checkpoint]
-every_rounds = 1
-keep_last = 2
-export_on_checkpoint = false
-""")
-    return path
 
 
 def newest_trained_checkpoint(folder: Path) -> int | None:
@@ -69,7 +42,7 @@ def newest_trained_checkpoint(folder: Path) -> int | None:
 
 def test_a_killed_node_resumes_from_its_checkpoint_with_the_same_round_and_optimizer_state(tmp_path):
     out = tmp_path / "node"
-    config = write_config(tmp_path / "node.toml", digit_model(tmp_path / "digit-model"))
+    config = write_node_config(tmp_path / "node.toml", digit_model(tmp_path / "digit-model"), "resume-test")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with (tmp_path / "first.log").open("w") as log:
         first = subprocess.Popen([FTIS_NODE, "join", "--config", str(config), "--out", str(out), "--rounds", "10000"],
