@@ -51,6 +51,7 @@ def test_run_metrics_replaces_the_peer_view_every_step(tmp_path):
     metrics = RunMetrics(tmp_path, MetricsConfig(display="lines", tensorboard=False), lambda line: None)
     try:
         metrics.record(report(3, transport=BEFORE))
+        metrics.flush()  # written on the writer's thread
         first = read_peer_view(tmp_path)
         metrics.record(scored_report(4))
     finally:

@@ -14,6 +14,7 @@ from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.keeper import Keeper
 from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.node import Node
+from ftis.node.runner.overlap import Overlap
 from ftis.node.runner.periodic_eval import PeriodicEval
 from ftis.node.runner.prompts import uses_chat_template
 from ftis.node.runner.utilisation import LoopClock
@@ -88,6 +89,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
          f"{node.config.swarm.run_id!r}; metrics in {metrics.log.path}")
     keeper = Keeper(node, out, echo)
+    overlap = Overlap()  # publishing and decoding peers' batches overlap generating and training
     try:
         keeper.start(resume)
         evaluation = PeriodicEval(node, echo)
@@ -101,7 +103,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
         done = 0
         while rounds is None or done < rounds:
             evaluated = None
-            report = node.run_round(evaluate)
+            report = node.run_round(evaluate, overlap)
             lap = clock.lap(report.seconds)
             with clock.part("metrics"):
                 metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap)
@@ -113,5 +115,10 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
         try:
             keeper.stop()
         finally:
-            metrics.close()
-            node.transport.close()
+            try:
+                metrics.close()
+            finally:
+                try:
+                    overlap.close()  # a batch handed over before a stop still goes out
+                finally:
+                    node.transport.close()

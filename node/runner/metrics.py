@@ -9,9 +9,13 @@ One flat record per step (``report_record``) is the single source of every outpu
   ``ftis-node status --node DIR``.
 
 ``RunMetrics`` ties them together for the run loop: ``record(report, eval_accuracy=None)`` once per
-step, ``close()`` at the end. Rewards are binary (1: right format and answer), so a mean reward is an
-accuracy: ``own_reward`` is this node's sampling accuracy, ``peer_reward`` the accuracy this node
-grants its peers' completions when it scores them with its own task.
+step, ``close()`` at the end. The files are written on a background thread (``writer.py``), in order, so
+the loop only hands records over; ``close()`` writes everything handed over, and a failed write is raised
+in the loop's thread by the next record (or ``close``).
+
+Rewards are binary (1: right format and answer), so a mean reward is an accuracy: ``own_reward`` is this
+node's sampling accuracy, ``peer_reward`` the accuracy this node grants its peers' completions when it
+scores them with its own task.
 """
 
 import json
@@ -26,6 +30,7 @@ from ftis.node.config import MetricsConfig
 from ftis.node.runner.display import Display, make_display
 from ftis.node.runner.node import RoundReport
 from ftis.node.runner.utilisation import LoopLap
+from ftis.node.runner.writer import BackgroundWriter
 from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.transport import TransportStats
 
@@ -153,14 +158,22 @@ def tensorboard_scalars(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 class MetricsLog:
-    """``metrics.jsonl`` in ``folder``: one record per line, appended (a resumed run continues the file)."""
+    """``metrics.jsonl`` in ``folder``: one record per line, appended (a resumed run continues the file).
+    With a ``writer``, ``write`` hands the line to its thread (close the writer before the log)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, writer: BackgroundWriter | None = None):
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / "metrics.jsonl"
         self._file: IO[str] = self.path.open("a", encoding="utf-8")
+        self._writer = writer
 
     def write(self, record: Mapping[str, Any]) -> None:
+        if self._writer is None:
+            self._write_now(record)
+        else:
+            self._writer.submit(self._write_now, dict(record))
+
+    def _write_now(self, record: Mapping[str, Any]) -> None:
         line = {key: _json_number(value) for key, value in record.items()}
         self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
@@ -202,7 +215,8 @@ class RunMetrics:
     the terminal display, in the node's folder ``folder``."""
 
     def __init__(self, folder: Path, config: MetricsConfig, echo: Callable[[str], None], console: Any = None):
-        self.log = MetricsLog(folder)
+        self._writer = BackgroundWriter()  # the files; the display stays in the loop's thread, in step with its lines
+        self.log = MetricsLog(folder, self._writer)
         self._folder = folder
         self.tensorboard = TensorBoardLog(folder / "tensorboard") if config.tensorboard else None
         self.display: Display = make_display(config.display, echo, rows=config.table_rows, console=console)
@@ -214,14 +228,26 @@ class RunMetrics:
         record = report_record(report, self._previous, eval_accuracy, loop)
         self._previous = report.transport
         self.log.write(record)
-        write_peer_view(self._folder, PeerView(record["time"], report.round, report.scores,
-                                               record["rejections_by_peer"]))  # for ftis-node status --node
+        self._writer.submit(write_peer_view, self._folder, PeerView(
+            record["time"], report.round, report.scores, record["rejections_by_peer"]))  # for ftis-node status --node
         if self.tensorboard is not None:
-            self.tensorboard.write(record)
+            self._writer.submit(self.tensorboard.write, record)
         self.display.show(record)
         return record
 
+    def flush(self) -> None:
+        """Wait until every record handed over is in the files (``peers.json`` included)."""
+        self._writer.flush()
+
     def close(self) -> None:
+        """Write every record handed over, then close the files and the display; raises a failed write's
+        error that no ``record`` raised yet."""
+        try:
+            self._writer.close()
+        finally:
+            self._close_outputs()
+
+    def _close_outputs(self) -> None:
         try:
             self.display.close()
         finally:

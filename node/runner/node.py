@@ -24,9 +24,10 @@ import numpy as np
 from ftis.node.config import NodeConfig
 from ftis.node.models import Policy
 from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_problems
+from ftis.node.runner.overlap import Overlap, Texts, batch_key
 from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
-from ftis.node.runner.scoring import score_batch
+from ftis.node.runner.scoring import score_batch, score_own_batch
 from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
@@ -108,23 +109,28 @@ class Node:
         self._later = LaterRounds()  # horizontal grouping: peers' batches of rounds not reached yet
         self._boundary = self._snapshot()
 
-    def run_round(self, evaluate: Callable[[], object] | None = None) -> RoundReport:
+    def run_round(self, evaluate: Callable[[], object] | None = None, overlap: Overlap | None = None) -> RoundReport:
         """One round. ``evaluate`` (the run loop's periodic evaluation) runs once this round's batch is
         published and before its step: the weights are still the ones the round generated with, and the
-        peers have this node's batch without waiting for the evaluation (in rounds mode, they train meanwhile)."""
+        peers have this node's batch without waiting for the evaluation (in rounds mode, they train meanwhile).
+        ``overlap`` (the run loop's helper threads, ``overlap.py``): publishing and decoding peers' batches
+        overlap generating and training, with the same results; the round waits for its publish after its
+        step (raising its error), so the round's report counts it as before."""
         self._boundary = self._snapshot()  # the state of the last completed round, for state_dict
         watch = Stopwatch()  # where the round's wall time goes (utilisation.py)
-        own = self._generate(watch)
+        own = self._generate(watch, overlap)
         with watch.part("publish"):
-            self.transport.publish(own.batch)
+            if overlap is None:
+                self.transport.publish(own.batch)
+            else:
+                overlap.publisher.submit(self.transport.publish, own.batch)
         if evaluate is not None:
             with watch.part("eval"):
                 evaluate()
-        with watch.part("score_own"):
-            scored_own = score_batch(own.batch, self.task, self.policy.tokenizer, trust_peer_answers=True,
-                                     off_policy=self.config.loss.filter_local)
+        with watch.part("score_own"):  # the rewards computed while building the batch: decoded and scored once
+            scored_own = score_own_batch(own.batch, own.rewards, off_policy=self.config.loss.filter_local)
         with watch.part("collect"):
-            received, waited, late = self._collect()
+            received, waited, late = self._collect(own.arrived)
         candidates, peer_rewards, unusable = [], [], 0
         batches_by_peer: dict[str, int] = {}  # the peers' batches this step draws on (for their scores)
         rounds_mode = self.config.loop.mode == "rounds"  # a peer's batch of a later round waits for that round
@@ -132,7 +138,7 @@ class Node:
             for item in self._later.take(received, self.round) if rounds_mode else received:
                 scored = score_batch(item.batch, self.task, self.policy.tokenizer,
                                      trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
-                                     vocab_size=self._embedding_rows)
+                                     vocab_size=self._embedding_rows, texts=own.peer_texts.get(batch_key(item)))
                 candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
                 batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
                 peer_rewards += scored.rewards
@@ -143,6 +149,9 @@ class Node:
             merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
         with watch.part("train"):
             step = self.trainer.step(merged.groups)
+        if overlap is not None:
+            with watch.part("publish"):
+                overlap.publisher.flush()
         self.generator.policy_version = self.trainer.policy_version
         for peer, counts in step.filtered_by_peer.items():  # the filter's verdict on each peer, for its score
             if peer in batches_by_peer:  # not this node's own stale groups
@@ -201,10 +210,11 @@ class Node:
     def _snapshot(self) -> _Boundary:
         return _Boundary(self.round, self.trainer.steps_started, RngState.capture(self._rng))
 
-    def _collect(self) -> tuple[list[ReceivedBatch], float, int]:
-        """Peers' batches for this round's step, the seconds spent waiting, and the live peers still
-        missing at the deadline (rounds mode; async mode takes what has arrived and never waits)."""
-        received = self.transport.receive()
+    def _collect(self, arrived: list[ReceivedBatch]) -> tuple[list[ReceivedBatch], float, int]:
+        """Peers' batches for this round's step (``arrived``: those taken earlier in the round, first), the
+        seconds spent waiting, and the live peers still missing at the deadline (rounds mode; async mode
+        takes what has arrived and never waits)."""
+        received = [*arrived, *self.transport.receive()]
         if self.config.loop.mode == "async":
             return received, 0.0, 0
         started = time.monotonic()
@@ -246,18 +256,24 @@ class Node:
             indices = self._rng.choice(size, size=count, replace=size < count)
         return [self.task.problem(split, int(index)) for index in indices]
 
-    def _generate(self, watch: Stopwatch) -> "_Own":
+    def _generate(self, watch: Stopwatch, overlap: Overlap | None) -> "_Own":
         started = time.perf_counter()
         problems = self._problems()
         tokenizer = self.policy.tokenizer
         prompts = [prompt_ids(tokenizer, self.task.prompt(p), chat=self.chat) for p in problems]
         seed = int(self._rng.integers(2**31))
+        arrived, peer_texts = [], None  # with overlap: peers' batches so far, decoded while the generator runs
+        if overlap is not None:
+            arrived = self.transport.receive()
+            peer_texts = overlap.decode_ahead(arrived, tokenizer, self._embedding_rows) if arrived else None
         with watch.part("generate"):
             completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling, seed=seed)
-        groups = []
+        decoded = peer_texts.result() if peer_texts is not None else {}  # the tokenizer is free again from here
+        groups, rewards_by_group = [], []
         for k, (problem, prompt, generated) in enumerate(zip(problems, prompts, completions, strict=True)):
             texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
             rewards = [self.task.reward(text, problem.answer) for text in texts]
+            rewards_by_group.append(rewards)
             groups.append(Group(
                 group_id=shared_group_id(self.config.swarm.run_id, self.round, k) if self._horizontal
                 else f"{self.transport.peer_id}/{self.round}/{k}",
@@ -279,7 +295,7 @@ class Node:
         tokens = sum(c.num_tokens for generated in completions for c in generated)
         seconds = time.perf_counter() - started
         watch.seconds["build"] = seconds - watch.seconds["generate"]
-        return _Own(batch, tokens, seconds)
+        return _Own(batch, rewards_by_group, tokens, seconds, arrived, decoded)
 
 
 def _generator_stats(generator: object) -> dict[str, object]:
@@ -294,5 +310,8 @@ _ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while
 @dataclass(frozen=True)
 class _Own:
     batch: RolloutBatch
+    rewards: list[list[float]]  # this node's rewards of each group's completions (score_own_batch)
     tokens: int
     seconds: float
+    arrived: list[ReceivedBatch]  # peers' batches taken before generating (with overlap), for this round's step
+    peer_texts: Texts  # ...their completions' texts (decode_groups)

@@ -7,6 +7,7 @@ A peer may claim a larger vocabulary than this node's model has (same tokenizer 
 embedding size, or a hostile claim): the decoder only checks ids against the claim, so a group holding
 an id this model has no embedding for is unusable here (it would fail the forward pass)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,11 +25,14 @@ class Scored:
 
 
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_peer_answers: bool,
-                off_policy: bool, vocab_size: int | None = None) -> Scored:
-    """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check)."""
+                off_policy: bool, vocab_size: int | None = None,
+                texts: Sequence[list[str] | None] | None = None) -> Scored:
+    """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
+    ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
+    None: decoded here."""
     groups, rewards, unusable = [], [], 0
-    check_ids = vocab_size is not None and batch.tokenizer.vocab_size > vocab_size  # else decode checked them
-    for group in batch.groups:
+    check_ids = _checks_ids(batch, vocab_size)
+    for g, group in enumerate(batch.groups):
         if check_ids and not _within_vocabulary(group, vocab_size):
             unusable += 1
             continue
@@ -38,20 +42,51 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_pee
             unusable += 1
             continue
         columns = group.columns
-        texts = decode_completions(tokenizer, columns.token_ids, columns.lengths)
-        group_rewards = np.array([task.reward(text, gold) for text in texts], dtype=np.float64)
+        decoded = texts[g] if texts is not None else None
+        if decoded is None:
+            decoded = decode_completions(tokenizer, columns.token_ids, columns.lengths)
+        group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
         rewards.extend(group_rewards.tolist())
-        groups.append(TrainingGroup(
-            group_id=group.group_id,
-            peer_id=batch.peer_id,
-            prompt_ids=group.prompt_ids,
-            completions=columns,
-            rewards=group_rewards,
-            off_policy=off_policy,
-            temperature=batch.sampling.temperature,
-            task=ref,
-        ))
+        groups.append(_training_group(batch, group, group_rewards, off_policy))
     return Scored(groups, unusable, rewards)
+
+
+def score_own_batch(batch: RolloutBatch, rewards: Sequence[Sequence[float]], *, off_policy: bool) -> Scored:
+    """This node's own ``batch`` scored with ``rewards`` (one list per group), the rewards it computed
+    while building the batch (``Node._generate``): the same texts against the same gold answers as
+    ``score_batch(batch, ..., trust_peer_answers=True)`` (the gold of an own problem is its task's own
+    answer), so the same result without decoding and scoring twice; a test checks that they are equal."""
+    if len(rewards) != len(batch.groups):
+        raise ValueError(f"{len(rewards)} reward lists for {len(batch.groups)} groups")
+    groups = [_training_group(batch, group, np.asarray(group_rewards, dtype=np.float64), off_policy)
+              for group, group_rewards in zip(batch.groups, rewards, strict=True)]
+    return Scored(groups, 0, [float(reward) for group_rewards in rewards for reward in group_rewards])
+
+
+def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_policy: bool) -> TrainingGroup:
+    return TrainingGroup(
+        group_id=group.group_id,
+        peer_id=batch.peer_id,
+        prompt_ids=group.prompt_ids,
+        completions=group.columns,
+        rewards=rewards,
+        off_policy=off_policy,
+        temperature=batch.sampling.temperature,
+        task=group.task,
+    )
+
+
+def decode_groups(batch: RolloutBatch, tokenizer: object, vocab_size: int | None = None) -> list[list[str] | None]:
+    """Each group's completion texts, as ``score_batch(..., vocab_size=vocab_size)`` would decode them; None
+    for a group it finds outside the vocabulary (never decoded)."""
+    check_ids = _checks_ids(batch, vocab_size)
+    return [None if check_ids and not _within_vocabulary(group, vocab_size)
+            else decode_completions(tokenizer, group.columns.token_ids, group.columns.lengths)
+            for group in batch.groups]
+
+
+def _checks_ids(batch: RolloutBatch, vocab_size: int | None) -> bool:
+    return vocab_size is not None and batch.tokenizer.vocab_size > vocab_size  # else decode checked them
 
 
 def decode_completions(tokenizer: object, token_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
