@@ -240,11 +240,13 @@ def world(tmp_path_factory) -> Iterator[World]:
 # --- a node killed ------------------------------------------------------------------------------------
 
 
-def kill_inside_step(world: World, delay_s: float) -> int:
+def kill_inside_step(world: World, delay_s: float) -> tuple[int, bool]:
     """SIGKILL the training node ``delay_s`` after it announced a round's batch, before that round ends;
-    returns the round. Between the publish and the end of a round there is only the scoring of its own
-    groups (milliseconds) and its optimizer step (most of a second): the kill lands in the step. A round
-    that ends before the kill could land (a slow announcement on a loaded machine) is passed over."""
+    returns the round and whether the kill landed before the round's end. Between the publish and the end
+    of a round there is only the scoring of its own groups (milliseconds) and its optimizer step (most of a
+    second): the kill lands in the step. A round that ends before the kill could be sent (a slow
+    announcement on a loaded machine) is passed over; one that ends between the last look and the kill
+    (the race every such test has) is reported as not landed."""
     trainer = world.trainer
     done = trainer.rounds()
     target = max(done[-1] + 1 if done else 0, 1)  # round 0 leaves the first checkpoint: kill after it
@@ -261,8 +263,7 @@ def kill_inside_step(world: World, delay_s: float) -> int:
                 break
             target += 1
         time.sleep(0.02)
-    assert target not in trainer.rounds(), "the round ended before the kill landed"  # its step never finished
-    return target
+    return target, target not in trainer.rounds()  # landed: its step never finished
 
 
 def kill_inside_save(world: World) -> list[Path]:
@@ -311,9 +312,14 @@ def test_a_node_killed_inside_its_step_or_its_checkpoint_resumes_from_its_last_c
     assert maddr.startswith("/ip4/127.0.0.1/tcp/") and maddr.endswith(f"/p2p/{trainer.peer_id()}"), maddr
 
     # Killed inside a step: the checkpoint of the round before stands, and the node redoes only this round.
-    killed = kill_inside_step(world, delay_s=0.05)
-    assert list_checkpoints(trainer.checkpoints)[-1].name == f"round-{killed:08d}"
-    assert resume(world) == killed
+    for _ in range(3):
+        killed, landed = kill_inside_step(world, delay_s=0.05)
+        if landed:
+            assert list_checkpoints(trainer.checkpoints)[-1].name == f"round-{killed:08d}"
+            assert resume(world) == killed
+            break
+        resume(world)  # the round ended just before the kill: its checkpoints verify all the same; again
+    assert landed, "three kills in a row came just after a round's end"
 
     # Killed while a checkpoint is written: the half-written one is hidden, never listed, and removed
     # by the next save; the node resumes from the newest whole one, at most the round just completed lost.
