@@ -9,6 +9,7 @@
 - ``demo_prompts``: the task's prompts as the node tokenizes them (no chat template: the tiny models have none).
 """
 
+import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,3 +72,17 @@ def demo_prompts(config: NodeConfig, tokenizer, count: int, first: int = 0) -> l
     task = build_task(config.task)
     return [prompt_ids(tokenizer, task.prompt(task.problem(config.task.split, index)), chat=False)
             for index in range(first, first + count)]
+
+
+def add_case_arguments(parser: argparse.ArgumentParser, quick: str) -> None:
+    """The options that pick the models a benchmark runs on: ``--cases``, ``--larger``, ``--quick`` (whose
+    help says what else it shrinks)."""
+    parser.add_argument("--cases", default="", help="demo node names, comma-separated (default: all)")
+    parser.add_argument("--larger", action="store_true", help="add tiny-large full")
+    parser.add_argument("--quick", action="store_true", help=quick)
+
+
+def chosen_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases ``add_case_arguments``' options pick: tiny-small alone with ``--quick`` unless named."""
+    names = [name for name in args.cases.split(",") if name.strip()] or (["small"] if args.quick else None)
+    return demo_cases(larger=args.larger, names=names)

@@ -152,21 +152,19 @@ def print_results(results: list[GenerationResult]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from benchmarks.demo_nodes import add_case_arguments, chosen_cases
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="", help="demo node names, comma-separated (default: all)")
     parser.add_argument("--threads", default="1,all", help="torch thread counts, comma-separated; 'all' = every CPU")
     parser.add_argument("--max-new-tokens", default=DEFAULT_MAX_NEW_TOKENS, help="length caps, comma-separated")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls of each method (default 7)")
-    parser.add_argument("--larger", action="store_true", help="add tiny-large full")
-    parser.add_argument("--quick", action="store_true", help="tiny-small, 1 thread, 6 tokens, 2 prompts, 2 calls")
+    add_case_arguments(parser, quick="tiny-small, 1 thread, 6 tokens, 2 prompts, 2 calls")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
-    from benchmarks.demo_nodes import demo_cases
 
-    names = [name for name in args.cases.split(",") if name.strip()] or (["small"] if args.quick else None)
-    cases = demo_cases(larger=args.larger, names=names)
+    cases = chosen_cases(args)
     threads = [1] if args.quick else [(os.cpu_count() or 1) if t.strip() == "all" else int(t)
                                       for t in args.threads.split(",")]
     lengths = [6] if args.quick else [int(n) for n in args.max_new_tokens.split(",")]

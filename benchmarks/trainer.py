@@ -269,21 +269,19 @@ def summary(r: CaseResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from benchmarks.demo_nodes import add_case_arguments, chosen_cases
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="", help="demo node names, comma-separated (default: all)")
     parser.add_argument("--pairs", type=int, default=30, help="timed repetitions of each variant (default 30)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="completion length cap (default: the demo's)")
-    parser.add_argument("--larger", action="store_true", help="add tiny-large full")
-    parser.add_argument("--quick", action="store_true", help="tiny-small only, 3 pairs, 4 groups each")
+    add_case_arguments(parser, quick="tiny-small only, 3 pairs, 4 groups each")
     args = parser.parse_args(argv)
     import torch
 
-    from benchmarks.demo_nodes import demo_cases
     from ftis.node.models.tiny import build_tiny_model
 
-    names = [name for name in args.cases.split(",") if name.strip()] or (["small"] if args.quick else None)
-    cases = demo_cases(larger=args.larger, names=names)
+    cases = chosen_cases(args)
     pairs = 3 if args.quick else args.pairs
     overrides: dict[str, int] = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
     if args.quick:
