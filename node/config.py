@@ -174,6 +174,11 @@ class VllmConfig(_Section):
         None, ge=1, description="Longest prompt + completion the engine serves; unset: the model's own maximum."
     )
     enforce_eager: bool = Field(False, description="No CUDA graphs: faster start-up, slower decoding.")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="Tokens the engine schedules per step (a longer prefill is split); unset: vLLM's "
+        "default. vLLM's CPU build cannot split a seeded request's prefill: there, set it to at least "
+        "prompts_per_round × group_size × the longest prompt's tokens."
+    )
     enable_prefix_caching: bool = Field(
         True, description="Reuse a prompt's KV cache across its G completions (emptied at every weight sync)."
     )

@@ -18,7 +18,6 @@ and with attention dropout, so a generator that forgot eval mode would not match
 Prompts are token id arrays: no tokenizer is needed.
 """
 
-import importlib.util
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 import vllm_stand_in
+from real_vllm import open_engine, real_vllm_runs_here
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion, Generator, make_generator
@@ -90,12 +90,14 @@ class Backend:
             vllm_stand_in.install(self.monkeypatch)
         policy = Policy(self.model, build_tokenizer(), "test-llama", "full", "test")  # the tokenizer is only saved
         settings = VllmConfig(dtype="float32", enforce_eager=True, gpu_memory_utilization=0.2)
+        if self.name == "vllm":
+            return open_engine(self.monkeypatch, lambda: VllmGenerator(policy, settings, **kwargs))
         return VllmGenerator(policy, settings, **kwargs)
 
 
 def _available_backends() -> list[str]:
     found = ["transformers", "vllm-stand-in"]
-    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+    if real_vllm_runs_here():
         found.append("vllm")
     return found
 

@@ -81,14 +81,15 @@ def events(engine, kind: str) -> list[tuple]:
 
 
 def test_the_engine_runs_in_process_with_processed_logprobs_and_the_configured_share(stand_in, tmp_path):
-    settings = VllmConfig(gpu_memory_utilization=0.25, max_model_len=512, scratch_dir=tmp_path)
+    settings = VllmConfig(gpu_memory_utilization=0.25, max_model_len=512, max_num_batched_tokens=8192,
+                          scratch_dir=tmp_path)
     generator = VllmGenerator(wide_policy(), settings, seed=7)
     (engine,) = stand_in.LLM.instances
     assert engine.in_process  # the weight sync hands the engine local tensors
     assert engine.options == {
         "skip_tokenizer_init": True, "dtype": "bfloat16", "gpu_memory_utilization": 0.25, "seed": 7,
         "enforce_eager": False, "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
-        "max_model_len": 512,
+        "max_model_len": 512, "max_num_batched_tokens": 8192,
     }
     assert Path(engine.model_name) == tmp_path / "engine" and (tmp_path / "engine" / "config.json").is_file()
     assert generator.stats().engine_policy_version == 0
@@ -213,7 +214,11 @@ def test_requests_carry_the_nodes_sampling_settings(stand_in, monkeypatch):
 # --- weight sync --------------------------------------------------------------------------------------------
 
 
-def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_step(stand_in):
+@pytest.mark.parametrize("reload", [True, False], ids=["reload_weights", "older-vllm-load_weights"])
+def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_step(stand_in, monkeypatch, reload):
+    """Through the worker's in-place ``reload_weights`` where vLLM has it, else the model's own loader."""
+    if not reload:
+        monkeypatch.delattr(vllm_stand_in._Worker, "reload_weights")
     policy = wide_policy()
     generator = VllmGenerator(policy, VllmConfig(), seed=0)
     (engine,) = stand_in.LLM.instances
@@ -226,7 +231,8 @@ def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_st
     generator.policy_version = 1
     assert generator.stats().weight_syncs == 0  # nothing happens until the engine is needed
     after = generator.generate(PROMPTS, G, sampling, seed=5)
-    assert [e[0] for e in engine.events] == ["generate", "load_weights", "reset_prefix_cache", "generate"]
+    assert [e[0] for e in engine.events] == ["generate", *(["reload_weights"] if reload else []), "load_weights",
+                                             "reset_prefix_cache", "generate"]
     assert events(engine, "generate") == [("generate", 0, None), ("generate", 1, None)]
     assert recompute_gap(policy.model, after, sampling) <= 1e-4  # the engine now samples the new weights
     stale_model = wide_policy().model
@@ -239,6 +245,30 @@ def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_st
     stats = generator.stats()
     assert (stats.engine_policy_version, stats.weight_syncs, stats.generations, stats.stale_generations) == (1, 1, 3, 0)
     assert stats.weight_sync_seconds > 0
+
+
+class _HeadMethod:
+    def __init__(self):
+        self.processed = []
+
+    def process_weights_after_loading(self, layer) -> None:
+        self.processed.append(layer)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_after_a_reload_a_tied_head_is_processed_again(tied):
+    """vLLM's reload gives a tied head no weight of its own, so a processed copy of it (the CPU backend packs
+    it) would keep the old embeddings: measured with vLLM 0.32's CPU build, the engine's log-probs were then
+    0.002 nats (mean) off the new weights instead of 3e-6. An untied head was loaded like any layer."""
+    from ftis.node.generation.vllm_sync import _reprocess_tied_head
+
+    model = torch.nn.Module()
+    model.config = LlamaConfig(tie_word_embeddings=tied)
+    model.lm_head = torch.nn.Linear(4, 4)
+    model.lm_head.quant_method = _HeadMethod()
+    assert _reprocess_tied_head(model) is tied
+    assert model.lm_head.quant_method.processed == ([model.lm_head] if tied else [])
+    assert _reprocess_tied_head(torch.nn.Linear(2, 2)) is False  # no head, no config: nothing to do
 
 
 def test_lora_adapters_go_in_under_a_new_id_per_version_and_the_old_one_goes(stand_in, tmp_path):

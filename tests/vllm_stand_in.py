@@ -5,10 +5,13 @@
 The shapes are vLLM 0.33's, read from its source: ``LLM(model, **engine_args)`` (unknown engine arguments
 raise, as ``EngineArgs`` would), ``LLM.generate(prompts, sampling_params, *, use_tqdm, lora_request)`` →
 ``RequestOutput.outputs`` → ``CompletionOutput(index, token_ids, logprobs, finish_reason, ...)`` with
-``logprobs`` one ``{token id: Logprob}`` dict per position, ``LLM.apply_model(fn)`` → ``[fn(model)]``,
-``LLM.reset_prefix_cache()``, ``LLM.llm_engine.add_lora / remove_lora / list_loras``, ``SamplingParams``
-(a keyword it does not know raises) and ``vllm.lora.request.LoRARequest``. If the backend drifts from this
-surface, a test fails here before it would on a GPU.
+``logprobs`` one ``{token id: Logprob}`` dict per position, ``LLM.collective_rpc(method, timeout, args,
+kwargs)`` → ``[result]`` on the one worker (a method name it lacks raises ``NotImplementedError``; the worker
+has ``reload_weights(weights_iterator, weights_path, is_checkpoint_format)`` and ``apply_model``),
+``LLM.apply_model(fn)`` → ``[fn(model)]``, ``LLM.reset_prefix_cache()``, ``LLM.llm_engine.add_lora /
+remove_lora / list_loras``, ``SamplingParams`` (a keyword it does not know raises) and
+``vllm.lora.request.LoRARequest``. If the backend drifts from this surface, a test fails here before it
+would on a GPU. The same backend also runs against the real vLLM where there is one (``real_vllm.py``).
 
 Behaviour that matters for the backend, mirrored too: the engine samples from a real model loaded from the
 folder it was given (transformers, CPU, float32 whatever ``dtype`` says, so comparisons are exact), one
@@ -16,11 +19,14 @@ forward per token; ``logprobs_mode`` decides what comes back (``raw_logprobs``, 
 the bare logits; ``processed_logprobs``: after temperature, top-k, top-p); sample j of a request with seed s
 draws from seed s + j; it stops at ``stop_token_ids`` and at the end-of-sequence ids of the folder's
 generation config (vLLM's ``update_from_generation_config``), keeping the stop token; a LoRA is cached by its
-integer id, so a reused id serves the adapter first loaded under it; ``apply_model`` only works in-process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), since a closure over GPU tensors cannot cross to an engine process.
+integer id, so a reused id serves the adapter first loaded under it; ``collective_rpc`` and ``apply_model``
+only work in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), since a closure over GPU tensors cannot cross
+to an engine process. A vLLM older than the worker's ``reload_weights`` is this module with that method
+deleted (``monkeypatch.delattr(vllm_stand_in._Worker, "reload_weights")``).
 """
 
 import copy
+import functools
 import json
 import os
 import sys
@@ -37,7 +43,7 @@ __version__ = "0.33.0"
 ENGINE_ARGS = {
     "skip_tokenizer_init", "dtype", "gpu_memory_utilization", "seed", "enforce_eager", "max_model_len",
     "enable_prefix_caching", "logprobs_mode", "enable_lora", "max_lora_rank", "max_loras", "max_cpu_loras",
-    "revision",
+    "revision", "max_num_batched_tokens",
 }
 LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -138,6 +144,27 @@ class _EngineModel(torch.nn.Module):
         return loaded
 
 
+class _Worker:
+    """What ``collective_rpc`` calls into: vLLM's worker (its wrapper hands every attribute on to it)."""
+
+    def __init__(self, llm: "LLM"):
+        self._llm = llm
+
+    def get_model(self) -> _EngineModel:
+        return _EngineModel(self._llm.base, self._llm._loaded)
+
+    def apply_model(self, fn):
+        return fn(self.get_model())
+
+    def reload_weights(self, weights_iterator=None, weights_path: str | None = None,
+                       is_checkpoint_format: bool = True) -> None:
+        """vLLM's in-place reload: the model's checkpoint loader, then its weight processing again."""
+        if weights_iterator is None or not is_checkpoint_format:
+            raise NotImplementedError("the stand-in reloads only checkpoint-format weights handed to it")
+        self._llm.events.append(("reload_weights",))
+        self.get_model().load_weights(weights_iterator)
+
+
 class _Engine:
     """``LLM.llm_engine``: the LoRA registry (an LRU of ``max_cpu_loras`` adapters, by integer id)."""
 
@@ -207,10 +234,21 @@ class LLM:
         pairs = enumerate(zip(prompts, params, strict=True))
         return [self._request(str(i), prompt, p, model) for i, (prompt, p) in pairs]
 
+    def collective_rpc(self, method, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict[str, Any] | None = None) -> list[Any]:
+        if not self.in_process:  # local tensors and closures would have to be pickled to an engine process
+            raise RuntimeError("collective_rpc over local tensors needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
+        worker = _Worker(self)
+        if isinstance(method, str):
+            func = getattr(worker, method, None)
+            if func is None:
+                raise NotImplementedError(f"Method {method!r} is not implemented.")
+        else:
+            func = functools.partial(method, worker)
+        return [func(*args, **(kwargs or {}))]
+
     def apply_model(self, func) -> list[Any]:
-        if not self.in_process:  # the closure would have to be pickled to an engine process
-            raise RuntimeError("apply_model with a closure over local tensors needs VLLM_ENABLE_V1_MULTIPROCESSING=0")
-        return [func(_EngineModel(self.base, self._loaded))]
+        return self.collective_rpc("apply_model", args=(func,))
 
     def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
         self.events.append(("reset_prefix_cache",))

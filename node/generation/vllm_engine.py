@@ -107,6 +107,8 @@ def engine_options(settings: VllmConfig, seed: int, lora_rank: int | None) -> di
     }
     if settings.max_model_len is not None:
         options["max_model_len"] = settings.max_model_len
+    if settings.max_num_batched_tokens is not None:
+        options["max_num_batched_tokens"] = settings.max_num_batched_tokens
     if lora_rank is not None:  # one adapter at a time: the current version's
         options |= {"enable_lora": True, "max_lora_rank": lora_rank_slot(lora_rank), "max_loras": 1}
     return options

@@ -5,11 +5,15 @@
     llm.generate(prompts, params, lora_request=sync.lora_request)
 
 - **Full fine-tuning**: the trainer's parameters go straight into the engine's model, in place, through
-  the model's own ``load_weights`` (the loader vLLM uses for a checkpoint: it maps Hugging Face names onto
-  its fused layers, e.g. q/k/v onto ``qkv_proj``, and casts to the engine's dtype) run inside the engine
-  by ``LLM.apply_model``. In-process (``vllm_engine.py``) that is a GPU-to-GPU copy: nothing is written
-  to disk. Parameters are named as ``named_parameters()`` gives them — tied embeddings once, as a
-  checkpoint holds them.
+  the worker's ``reload_weights`` (``LLM.collective_rpc``), vLLM's own in-place reload: it puts each layer
+  back in checkpoint form, runs the model's ``load_weights`` (the checkpoint loader: it maps Hugging Face
+  names onto vLLM's fused layers, e.g. q/k/v onto ``qkv_proj``, and casts to the engine's dtype), then the
+  platform's and quantization's weight processing again, and copies the result into the tensors the
+  kernels already hold. Calling ``load_weights`` directly is not enough where that processing replaced
+  the loaded parameters (vLLM's CPU backend packs every linear weight for oneDNN and drops its loader):
+  it is only the fallback for a vLLM whose worker has no ``reload_weights``, run by ``LLM.apply_model``.
+  In-process (``vllm_engine.py``) either is a GPU-to-GPU copy: nothing is written to disk. Parameters are
+  named as ``named_parameters()`` gives them — tied embeddings once, as a checkpoint holds them.
 - **LoRA**: the base never changes; the adapter of each version is written (``save_pretrained``, into a
   hidden folder then renamed) to ``scratch/lora-v<version>``, registered with the engine under a new
   integer id (``LoRARequest``: vLLM caches adapters by id, so a reused id would serve the old weights),
@@ -36,24 +40,56 @@ class FullWeightSync:
 
     def __init__(self, llm: Any, model: torch.nn.Module):
         self.llm, self.model = llm, model
-        self.loaded_names = 0  # engine parameters the last sync wrote (as vLLM reports them)
+        self.in_place_reload: bool | None = None  # whether the worker has reload_weights; asked at the first sync
+        self.loaded_names = 0  # engine parameters the last fallback sync wrote (as vLLM's loader reports them)
 
     def sync(self, policy_version: int) -> None:
         weights = [(name, parameter.detach()) for name, parameter in self.model.named_parameters()]
         try:
-            results = self.llm.apply_model(lambda engine_model: _load_weights(engine_model, weights))
+            if self.in_place_reload is None:
+                self.in_place_reload = all(self.llm.collective_rpc(_has_reload_weights))
+            if self.in_place_reload:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
+                                                                  "is_checkpoint_format": True})
+                self.llm.apply_model(_reprocess_tied_head)
+            else:
+                self._load_directly(weights, policy_version)
+        except WeightSyncError:
+            raise
         except Exception as error:  # whatever the loader raises, the engine now holds unknown weights
             raise WeightSyncError(f"loading policy v{policy_version}'s weights into vLLM failed: {error}") from error
+        reset_prefix_cache(self.llm, policy_version)
+
+    def _load_directly(self, weights: list[tuple[str, torch.Tensor]], policy_version: int) -> None:
+        results = self.llm.apply_model(lambda engine_model: _load_weights(engine_model, weights))
         loaded = results[0] if results else None
         if isinstance(loaded, set):  # vLLM's loaders report the parameters they wrote
             if not loaded:
                 raise WeightSyncError(f"vLLM's loader took none of the {len(weights)} weights of policy "
                                       f"v{policy_version} (names it does not know?)")
             self.loaded_names = len(loaded)
-        reset_prefix_cache(self.llm, policy_version)
 
     def close(self) -> None:
         pass
+
+
+def _has_reload_weights(worker: Any) -> bool:
+    """Runs inside the engine (``collective_rpc``): whether this vLLM's worker reloads weights in place."""
+    return callable(getattr(worker, "reload_weights", None))
+
+
+def _reprocess_tied_head(engine_model: torch.nn.Module) -> bool:
+    """Runs inside the engine (``apply_model``) after ``reload_weights``: a head tied to the embeddings gets no
+    weight of its own from the checkpoint loader, so the reload puts the head's processed tensors back as they
+    were. Where the platform keeps a processed copy of it (vLLM's CPU backend packs it for oneDNN), that copy
+    still holds the old embeddings: process the head again from the (shared, now new) weight. A no-op where
+    the processing is (CUDA, unquantized)."""
+    head = getattr(engine_model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if method is None or not getattr(getattr(engine_model, "config", None), "tie_word_embeddings", False):
+        return False
+    method.process_weights_after_loading(head)
+    return True
 
 
 def _load_weights(engine_model: torch.nn.Module, weights: list[tuple[str, torch.Tensor]]) -> Any:
