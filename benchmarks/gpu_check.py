@@ -270,7 +270,7 @@ def _install_stand_in() -> None:
     vllm_stand_in.install(pytest.MonkeyPatch())
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["full", "lora"], help="Run one part in this process (default: both, "
                         "each in a fresh process).")
@@ -286,7 +286,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=None, help="Default: 2e-4 full, 2e-3 LoRA (visible in 1 step).")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     if args.part is not None:
         if args.stand_in:
             _install_stand_in()

@@ -14,10 +14,11 @@ from ftis.node.tasks import make_task
 ARITHMETIC = {"min_digits": 1, "max_digits": 1, "operations": "+"}
 
 
-def digit_model(folder: Path) -> Path:
-    """tiny-small trained to put uniform mass on the ten digits after any one-digit sum's prompt."""
+def digit_model(folder: Path, base: str = "tiny-small") -> Path:
+    """``base`` (a built-in tiny model) trained to put uniform mass on the ten digits after any one-digit sum's
+    prompt."""
     task = make_task("arithmetic", **ARITHMETIC)
-    policy = load_policy("tiny-small", seed=0)
+    policy = load_policy(base, seed=0)
     tokenizer, model = policy.tokenizer, policy.model
     prompts = [tokenizer(task.prompt(task.problem("train", i)), add_special_tokens=False)["input_ids"]
                for i in range(64)]

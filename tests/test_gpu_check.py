@@ -4,7 +4,6 @@ cannot rot between the sessions that have a GPU. What it says about vLLM is only
 Run: python -m pytest tests/test_gpu_check.py -q
 """
 
-import argparse
 import importlib.util
 from pathlib import Path
 
@@ -20,8 +19,9 @@ _spec.loader.exec_module(gpu_check)
 @pytest.mark.parametrize("adapter", ["full", "lora"])
 def test_every_check_of_the_gpu_check_passes_on_the_stand_in(adapter, monkeypatch, capsys):
     vllm_stand_in.install(monkeypatch)
-    args = argparse.Namespace(size="tiny", device="cpu", stand_in=True, prompts=3, group_size=3, prompt_tokens=6,
-                              max_new_tokens=8, steps=1, lr=None, gpu_memory_utilization=0.3)
+    args = gpu_check.arguments().parse_args(["--size", "tiny", "--device", "cpu", "--stand-in", "--prompts", "3",
+                                             "--group-size", "3", "--prompt-tokens", "6", "--max-new-tokens", "8",
+                                             "--steps", "1"])
     checks = gpu_check.run_part(adapter, args)
     printed = capsys.readouterr().out
     assert [c.name.split(":")[0] for c in checks] == [

@@ -1,4 +1,4 @@
-"""The vLLM backend against the real vLLM: weight sync (full and LoRA) and a node's rounds.
+"""The vLLM backend against the real vLLM: weight sync (full and LoRA), a node's rounds, ``ftis-node join``.
 
 Run: python -m pytest tests/test_vllm_real.py -q     (in an environment with vLLM: see real_vllm.py)
 
@@ -12,9 +12,16 @@ The model is the built-in ``tiny-medium`` (tied embeddings, attention heads 32 w
 CPU attention takes), in float32.
 """
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from digit_model import digit_model, write_node_config
 from node_helpers import LIMITS, DigitTask
 from real_vllm import close_engines, open_engine, real_vllm_runs_here
 
@@ -136,3 +143,24 @@ def test_a_nodes_rounds_train_on_what_the_engine_generated_with_their_version(mo
         step = report.step
         assert step.trained and abs(step.is_weight_mean - 1.0) < 1e-3 and step.is_weight_max < 1.01, step
     assert generator.stats().weight_syncs == 2 and generator.stats().stale_generations == 0
+
+
+def test_ftis_node_join_with_the_vllm_backend_trains_and_counts_its_syncs(tmp_path):
+    """As a user runs it: a lone node (its own DHT on 127.0.0.1) whose config says backend = "vllm"."""
+    model = digit_model(tmp_path / "digit-model", base=MODEL)  # answers with a digit: its groups have variance
+    vllm = SETTINGS.model_dump(exclude_none=True) | {"max_num_batched_tokens": 4096}
+    config = write_node_config(tmp_path / "node.toml", model, "vllm-join-test", generation={"backend": "vllm",
+                               "vllm": vllm}, checkpoint={"every_rounds": 0})
+    out = tmp_path / "node"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    ftis_node = str(Path(sys.executable).with_name("ftis-node"))
+    done = subprocess.run([ftis_node, "join", "--config", str(config), "--out", str(out), "--rounds", "4"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rounds = [r for r in records if "generator_weight_syncs" in r]
+    assert len(rounds) == 4
+    trained = sum(bool(r["train_trained"]) for r in rounds[:-1])  # a step before a round means a sync in it
+    assert trained > 0 and rounds[-1]["generator_weight_syncs"] == trained
+    assert all(r["generator_stale_generations"] == 0 for r in rounds)
+    assert all(abs(r["train_is_weight_mean"] - 1.0) < 1e-3 for r in rounds if r["train_trained"])
