@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import logprob_check
 import numpy as np
 import pytest
 import torch
@@ -24,7 +25,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import NodeConfig, VllmConfig
 from ftis.node.generation import make_generator
-from ftis.node.generation.hf import processed_logprobs
 from ftis.node.generation.types import BackendUnavailableError, WeightSyncError
 from ftis.node.generation.vllm_backend import (
     VllmGenerator,
@@ -60,17 +60,7 @@ def wide_policy(seed: int = 0) -> Policy:
 
 
 def recompute_gap(model, groups, sampling: SamplingSettings) -> float:
-    """Max |sampler log-prob − teacher-forced processed log-prob| over every token of ``groups``."""
-    worst = 0.0
-    for prompt, group in zip(PROMPTS, groups, strict=True):
-        for c in group:
-            ids = torch.as_tensor(np.concatenate([prompt, c.token_ids]))[None]
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # (n, V)
-            lp = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-            lp = lp.gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
-            worst = max(worst, (lp - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
-    return worst
+    return logprob_check.recompute_gap(model, PROMPTS, groups, sampling)
 
 
 def events(engine, kind: str) -> list[tuple]:

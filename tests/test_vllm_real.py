@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import logprob_check
 import numpy as np
 import pytest
 import torch
@@ -26,7 +27,6 @@ from node_helpers import LIMITS, DigitTask
 from real_vllm import close_engines, open_engine, real_vllm_runs_here
 
 from ftis.node.config import NodeConfig, VllmConfig
-from ftis.node.generation.hf import processed_logprobs
 from ftis.node.generation.vllm_backend import VllmGenerator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
@@ -51,18 +51,7 @@ def _one_engine_at_a_time():
 
 
 def recompute_gap(model, groups, sampling: SamplingSettings = SAMPLING) -> float:
-    """Max |sampler log-prob − teacher-forced processed log-prob| over every token of ``groups``."""
-    worst = 0.0
-    model.eval()
-    for prompt, group in zip(PROMPTS, groups, strict=True):
-        for c in group:
-            ids = torch.as_tensor(np.concatenate([prompt, c.token_ids]))[None]
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # (n, V)
-            lp = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-            lp = lp.gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
-            worst = max(worst, (lp - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
-    return worst
+    return logprob_check.recompute_gap(model, PROMPTS, groups, sampling)
 
 
 def perturb(model, which: str = "") -> dict[str, torch.Tensor]:
