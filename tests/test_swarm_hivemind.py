@@ -191,6 +191,25 @@ def test_a_late_joiner_receives_only_batches_within_the_max_age(world):
         world.swarm.leave(late)
 
 
+def test_poll_now_reads_the_announcements_without_waiting_out_the_period(world):
+    """Rounds mode asks for it while it waits for a round's batches: a peer that reads announcements once a
+    minute gets a batch published after its last read only when asked, and then at once."""
+    (slow,) = world.swarm.join(1, poll_interval_s=60.0)
+    try:
+        alice = world.alice
+        quiet_until = time.monotonic() + 1.0  # its first read, at start, is over
+        world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "the slow peer's first read")
+        seq = alice.publish().seq
+        quiet_until = time.monotonic() + 2.0  # announced (alice announces at once) but not read
+        world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "a period the slow peer does not read in")
+        assert seq not in slow.got(alice.peer_id)
+        slow.transport.poll_now()
+        took = world.swarm.wait_until(lambda: seq in slow.got(alice.peer_id), "the slow peer has alice's batch")
+        assert took < 10.0
+    finally:
+        world.swarm.leave(slow)
+
+
 # --- fetches that fail --------------------------------------------------------------------------------
 
 

@@ -86,6 +86,9 @@ class LockstepTransport:
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         return self._inner.receive(max_batches)
 
+    def poll_now(self) -> None:
+        self._inner.poll_now()
+
     def members(self):
         return self._inner.members()
 

@@ -220,7 +220,11 @@ class Node:
         started = time.monotonic()
         deadline = started + self.config.loop.round_deadline_s
         self._note_seqs(received)
+        asked = -float("inf")
         while (missing := self._missing_peers()) and time.monotonic() < deadline:
+            if time.monotonic() - asked >= _ROUNDS_REPOLL_S:  # don't wait out the transport's poll period
+                self.transport.poll_now()
+                asked = time.monotonic()
             time.sleep(_ROUNDS_POLL_S)
             arrived = self.transport.receive()
             self._note_seqs(arrived)
@@ -305,6 +309,7 @@ def _generator_stats(generator: object) -> dict[str, object]:
 
 
 _ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while waiting (no network call)
+_ROUNDS_REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 _HEADER = 8  # bytes of a sequence number or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
 _LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop)
+_MIN_POLL_GAP_S = 0.05  # poll_now never makes announcement reads closer than this
 
 
 def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
@@ -155,6 +156,10 @@ class HivemindTransport:
         self._check_open()
         return self._inbox.drain(max_batches)
 
+    def poll_now(self) -> None:
+        self._check_open()
+        self._loop.call_soon_threadsafe(self._poll_soon.set)
+
     def members(self) -> list[Member]:
         return members_with_own(self._members, self._outbox, self._peer_id)
 
@@ -195,6 +200,7 @@ class HivemindTransport:
 
     async def _start(self) -> None:
         self._announce_now = asyncio.Event()
+        self._poll_soon = asyncio.Event()  # poll_now: read the announcements without waiting out the period
         self._fetch_slots = asyncio.Semaphore(self._config.max_concurrent_fetches)
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(self._handler, self._serve)
@@ -269,7 +275,14 @@ class HivemindTransport:
                 raise
             except Exception as error:  # a failed poll is retried next period, never fatal
                 logger.warning("reading announcements failed: %s: %s", type(error).__name__, error)
-            await asyncio.sleep(max(0.0, self._config.poll_interval_s - (time.monotonic() - started)))
+            # The rest of the period, unless poll_now asks sooner (one asked for during the poll counts; the
+            # gap keeps a node that keeps asking to a few reads a second).
+            period = self._config.poll_interval_s
+            await asyncio.sleep(max(0.0, min(_MIN_POLL_GAP_S, period) - (time.monotonic() - started)))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, period - (time.monotonic() - started))):
+                    await self._poll_soon.wait()
+            self._poll_soon.clear()
 
     async def _poll_once(self) -> None:
         values = await self._dht_call(read_shards(self._dht, self._config.run_id, self._config.shards))

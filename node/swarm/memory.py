@@ -91,6 +91,9 @@ class MemoryTransport:
                     self._fetch(peer_id, descriptor)
         return self._inbox.drain(max_batches)
 
+    def poll_now(self) -> None:
+        pass  # receive reads the hub's announcements itself
+
     def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
         data = self._hub.fetch(peer_id, descriptor.seq)
         if data is None:

@@ -63,6 +63,11 @@ class Transport(Protocol):
         """Peers' batches delivered since the last call, oldest first; never blocks."""
         ...
 
+    def poll_now(self) -> None:
+        """A hint to read peers' announcements now rather than at the next period (rounds mode, while it waits
+        for a round's batches); returns at once."""
+        ...
+
     def members(self) -> list[Member]:
         """The swarm's members (this node included) as last seen."""
         ...
