@@ -10,6 +10,9 @@
 """
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,3 +89,20 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
     """The cases ``add_case_arguments``' options pick: tiny-small alone with ``--quick`` unless named."""
     names = [name for name in args.cases.split(",") if name.strip()] or (["small"] if args.quick else None)
     return demo_cases(larger=args.larger, names=names)
+
+
+def load_average() -> str:
+    """The machine's 1-, 5- and 15-minute load averages, as the benchmarks print them."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+@contextlib.contextmanager
+def torch_threads_kept() -> Iterator[None]:
+    """Whatever the body sets torch's thread count to, it is back as it was afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

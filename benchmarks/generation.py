@@ -152,7 +152,7 @@ def print_results(results: list[GenerationResult]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.demo_nodes import add_case_arguments, chosen_cases
+    from benchmarks.demo_nodes import add_case_arguments, chosen_cases, load_average, torch_threads_kept
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,all", help="torch thread counts, comma-separated; 'all' = every CPU")
@@ -171,14 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     repeats = 2 if args.quick else args.repeats
     if args.quick:
         cases = [case.with_generation(prompts_per_round=2) for case in cases]
-    load = os.getloadavg()
     generation = cases[0].config.generation
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {os.cpu_count()} CPUs, load average "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; {generation.prompts_per_round} prompts × G = "
+          f"{load_average()} at start; {generation.prompts_per_round} prompts × G = "
           f"{generation.group_size}, chunks of {generation.batch_size}; {repeats} timed calls of each method")
-    before = torch.get_num_threads()
     results = []
-    try:
+    with torch_threads_kept():
         for case in cases:
             for count in threads:
                 for length in lengths:
@@ -186,11 +184,8 @@ def main(argv: list[str] | None = None) -> None:
                     results.append(r)
                     print(f"{r.label}, {r.threads} thread(s), ≤ {r.max_new_tokens} tokens: backend "
                           f"{r.tokens_per_s('backend'):,.0f} tok/s, raw {r.tokens_per_s('raw'):,.0f} tok/s", flush=True)
-    finally:
-        torch.set_num_threads(before)
     print_results(results)
-    load = os.getloadavg()
-    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end")
+    print(f"load average {load_average()} at the end")
 
 
 if __name__ == "__main__":

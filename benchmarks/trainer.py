@@ -269,7 +269,7 @@ def summary(r: CaseResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.demo_nodes import add_case_arguments, chosen_cases
+    from benchmarks.demo_nodes import add_case_arguments, chosen_cases, load_average, torch_threads_kept
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30, help="timed repetitions of each variant (default 30)")
@@ -288,25 +288,20 @@ def main(argv: list[str] | None = None) -> None:
         overrides["prompts_per_round"] = 4
     cases = [case.with_generation(**overrides) for case in cases]
     groups_per_peer = min(cases[0].config.generation.prompts_per_round, cases[0].config.mix.max_peer_groups // 2)
-    before = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    peer_models = [build_tiny_model(name, seed=seed) for name, seed in PEER_MODELS]
-    load = os.getloadavg()
-    generation = cases[0].config.generation
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs, load average "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; batch: {generation.prompts_per_round} own groups + "
-          f"{groups_per_peer} from each of {len(peer_models)} peers, G = {generation.group_size}, ≤ "
-          f"{generation.max_new_tokens} new tokens; {pairs} repetitions of each variant, interleaved")
     results = []
-    try:
+    with torch_threads_kept():
+        torch.set_num_threads(args.threads)
+        peer_models = [build_tiny_model(name, seed=seed) for name, seed in PEER_MODELS]
+        generation = cases[0].config.generation
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPUs, load average "
+              f"{load_average()} at start; batch: {generation.prompts_per_round} own groups + {groups_per_peer} "
+              f"from each of {len(peer_models)} peers, G = {generation.group_size}, ≤ {generation.max_new_tokens} new "
+              f"tokens; {pairs} repetitions of each variant, interleaved")
         for case in cases:
             results.append(measure_case(case, peer_models, pairs, groups_per_peer))
             print(summary(results[-1]), flush=True)
-    finally:
-        torch.set_num_threads(before)
     print_results(results)
-    load = os.getloadavg()
-    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end")
+    print(f"load average {load_average()} at the end")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ only a broken (or badly overloaded) swarm reaches.
 """
 
 import json
-import queue
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from child_lines import read_lines, wait_for_line
 from cli_process import CliProcess
 from conftest import reap
 from digit_model import digit_model, write_node_config
@@ -88,22 +87,11 @@ class PeerProcess:
         with log.open("w") as stderr:  # hivemind's log
             self.process = subprocess.Popen([sys.executable, str(PEER_SCRIPT), "--peer", maddr, "--run-id", RUN, *args],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [self.lines.put(line) for line in self.process.stdout], daemon=True).start()
+        self.lines = read_lines(self.process)
         self._peer_id: str | None = None
 
     def wait_for(self, prefix: str, timeout: float = DEADLINE_S) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=0.1)
-            except queue.Empty:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"no {prefix!r} line from the peer process (exit status {self.process.poll()}):\n"
-                                f"{self.log.read_text()[-3000:]}")
-                continue
-            if line.startswith(prefix):
-                return line.strip()
+        return wait_for_line(self.process, self.lines, prefix, timeout, self.log)
 
     def peer_id(self) -> str:
         if self._peer_id is None:

@@ -17,10 +17,8 @@ overloaded) swarm reaches.
 """
 
 import dataclasses
-import queue
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import hivemind
 import pytest
+from child_lines import read_lines, wait_for_line
 from hivemind.utils import get_dht_time
 from hivemind_swarm import DEADLINE_S, JOIN_DEADLINE_S, Peer, Swarm, delta, kill_tree, start_bootstrap
 from hostile_peer import HostilePeer, claims_a_terabyte, hangs_up, serves, stalls_mid_payload, tampered
@@ -63,27 +62,13 @@ class FarNode:
             self.process = subprocess.Popen(
                 [sys.executable, str(PEER_SCRIPT), "--peer", maddr, "--run-id", RUN, "--interval", "0.5"],
                 stdout=subprocess.PIPE, stderr=stderr, text=True)
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._lines = read_lines(self.process)
         self._peer_id: str | None = None
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self._lines.put(line)
 
     def peer_id(self, timeout: float = JOIN_DEADLINE_S) -> str:
         """Its peer id, once it has joined (it imports torch first: seconds)."""
-        deadline = time.monotonic() + timeout
-        while self._peer_id is None:
-            try:
-                line = self._lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the node process did not join (exit status {self.process.poll()}):\n"
-                                f"{self.log.read_text()[-3000:]}")
-                continue
-            assert line.startswith("peer "), line
-            self._peer_id = line.split()[1]
+        if self._peer_id is None:
+            self._peer_id = wait_for_line(self.process, self._lines, "peer ", timeout, self.log).split()[1]
         return self._peer_id
 
     def stop(self) -> None:
