@@ -356,6 +356,8 @@ def experiment_command(
                                         "condition in about a minute.")] = False,
     config_file: Annotated[Path | None, typer.Option(
         "--config", help="A whole grid of your own (default: the packaged grid.toml; copy it and edit).")] = None,
+    conditions: Annotated[str | None, typer.Option(
+        "--conditions", help="Only these conditions, comma-separated (the reference is always run).")] = None,
 ) -> None:
     """The paper's comparison in miniature: each model solo, the swarm with every loss variant, paired seeds."""
     import shlex
@@ -365,7 +367,8 @@ def experiment_command(
     from ftis.node.signals import Terminated, exit_on_sigterm
 
     try:
-        grid = load_grid(config_file).adjusted(quick=quick, seeds=seeds, rounds=rounds)
+        chosen = [name.strip() for name in conditions.split(",") if name.strip()] if conditions else None
+        grid = load_grid(config_file).adjusted(quick=quick, seeds=seeds, rounds=rounds, conditions=chosen)
     except GridError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
@@ -373,7 +376,7 @@ def experiment_command(
     from ftis.node.warmup.cache import WarmupCacheError
 
     exit_on_sigterm()
-    options = [("--config", config_file), ("--seeds", seeds), ("--rounds", rounds)]
+    options = [("--config", config_file), ("--seeds", seeds), ("--rounds", rounds), ("--conditions", conditions)]
     command = shlex.join(["ftis-node", "experiment", "--out", str(out), *(["--quick"] if quick else []),
                           *(part for flag, value in options if value is not None for part in (flag, str(value)))])
     try:

@@ -110,14 +110,31 @@ class WarmupConfig(_Section):
     rewards start neither all 0 nor all 1. The warmed weights are cached on disk, keyed by the model's name and
     seed and every setting here but ``cache_dir``; a LoRA node warms its base model, then adds the adapter."""
 
-    steps: int = Field(0, ge=0, description="Supervised optimizer steps; 0 = no warm start (the default).")
-    learning_rate: float = Field(2e-3, gt=0, description="Peak AdamW learning rate; it decays to 0 along a cosine.")
+    steps: int = Field(0, ge=0, description="Supervised optimizer steps (at most, with stop_accuracy); 0 = no warm "
+                       "start (the default).")
+    learning_rate: float = Field(2e-3, gt=0, description="AdamW learning rate: the cosine's peak, or the constant one.")
     batch_size: int = Field(64, ge=1, description="Problems per step.")
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="cosine: the learning rate decays to 0 over steps (a converged model); constant: it "
+        "stays, for a warm-up that stop_accuracy ends early."
+    )
+    stop_accuracy: float | None = Field(
+        None, gt=0, le=1, description="Stop at the first check whose greedy accuracy on the dev split reaches this, "
+        "leaving a model GRPO can improve (docs/learning.md); unset: run every step."
+    )
+    check_every: int = Field(25, ge=1, description="Steps between the dev checks of stop_accuracy.")
+    no_carry_share: float = Field(
+        0.0, ge=0, le=1, description="Share of the warm-up's addition problems redrawn until they need no carry: "
+        "a specialist that has rarely seen a carry."
+    )
     arithmetic: dict[str, object] = Field(
         default_factory=dict, description="The warm-up's data mix: arithmetic settings that replace [task].arithmetic "
         'ones for the warm-up only, e.g. {operations = "+"} for a specialist.'
     )
-    eval_problems: int = Field(200, ge=1, description="Held-out test problems greedy accuracy is measured on.")
+    eval_problems: int = Field(
+        200, ge=1, description="Distinct held-out problems greedy accuracy is measured on (dev for the stop, test "
+        "after)."
+    )
     cache_dir: Path | None = Field(
         None, description="Where warmed models are kept; unset: $FTIS_CACHE/warmup, else ~/.cache/ftis-node/warmup."
     )

@@ -33,6 +33,8 @@ class Evaluation:
     round: int  # the round it preceded (round 0: the warm start, before any GRPO step)
     accuracy: float
     policy_version: int
+    skills: Mapping[str, float] = field(default_factory=dict)  # accuracy per skill (carry, no-carry), when named
+    standard_error: float | None = None  # of ``accuracy`` (binomial, over the evaluation's problems)
 
 
 @dataclass
@@ -49,7 +51,8 @@ class NodeProgress:
         if is_step(record):
             self.steps.append(record)
         elif is_evaluation(record):
-            self.evaluations.append(Evaluation(record["round"], record["eval_accuracy"], record["policy_version"]))
+            self.evaluations.append(Evaluation(record["round"], record["eval_accuracy"], record["policy_version"],
+                                               record.get("eval_skills") or {}, record.get("eval_standard_error")))
 
     def extend(self, records: Iterable[Record]) -> None:
         for record in records:

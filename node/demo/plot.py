@@ -1,5 +1,7 @@
-"""The demo's PNG, two panels over rounds, a colour per node:
+"""The demo's PNG, panels over rounds, a colour per node:
 - top: held-out greedy accuracy at each evaluation (solid; the solo baseline dashed, when it ran);
+- middle, when the task names skills: each node's accuracy on its weakest skill at the start (the
+  specialist's carries), swarm solid and solo dashed: where learning from peers shows first;
 - bottom: the node's sampling accuracy (``own_reward``: the mean reward of the completions it generated,
   temperature 1), as a moving average — what GRPO optimises directly, and less noisy than 300 problems.
 
@@ -25,8 +27,13 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
     matplotlib.use("Agg")  # a file, never a window; safe to call again
     import matplotlib.pyplot as plt
 
-    figure, (held_out, sampled) = plt.subplots(2, 1, figsize=(7.5, 7.5), dpi=120, sharex=True)
+    skilled = any(node.evaluations and node.evaluations[0].skills for node in nodes)
+    panels = 3 if skilled else 2
+    figure, axes_list = plt.subplots(panels, 1, figsize=(7.5, 3.2 * panels + 1.0), dpi=120, sharex=True)
+    held_out, sampled = axes_list[0], axes_list[-1]
     try:
+        if skilled:
+            plot_weakest_skill(axes_list[1], nodes, solo)
         for index, node in enumerate(nodes):
             colour, label = f"C{index % 10}", f"{node.name}: {node.model} ({node.adapter})"
             held_out.plot([e.round for e in node.evaluations], [e.accuracy for e in node.evaluations], marker="o",
@@ -43,7 +50,7 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
         sampled.set_title(f"sampling accuracy (own completions, moving average of {SMOOTHING} rounds)")
         sampled.set_ylabel("mean reward")
         sampled.set_xlabel("round (one F-TIS step each)")
-        for axes in (held_out, sampled):
+        for axes in axes_list:
             axes.grid(alpha=0.3)
         handles, labels = held_out.get_legend_handles_labels()
         rows = (len(labels) + 1) // 2
@@ -54,6 +61,27 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
     finally:
         plt.close(figure)
     return path
+
+
+def plot_weakest_skill(axes, nodes: Sequence[NodeProgress], solo: Mapping[str, NodeProgress]) -> None:
+    """Each node's accuracy on the skill it was worst at in its first evaluation, swarm solid, solo dashed."""
+    for index, node in enumerate(nodes):
+        if not node.evaluations or not node.evaluations[0].skills:
+            continue
+        first = node.evaluations[0].skills
+        weakest = min(first, key=first.get)
+        colour = f"C{index % 10}"
+        for run, style in ((node, "-"), (solo.get(node.name), "--")):
+            if run is None or not run.evaluations:
+                continue
+            points = [(e.round, e.skills[weakest]) for e in run.evaluations if weakest in e.skills]
+            axes.plot([r for r, _ in points], [a for _, a in points], linestyle=style,
+                      marker="o" if style == "-" else None, markersize=3, color=colour)
+        last = node.evaluations[-1]
+        axes.annotate(f"{node.name}: {weakest}", xy=(last.round, last.skills.get(weakest, 0.0)), fontsize="small",
+                      color=colour)
+    axes.set_title("accuracy on each node's weakest skill at the start (solo dashed)")
+    axes.set_ylabel("accuracy")
 
 
 def moving_average(node: NodeProgress, window: int = SMOOTHING) -> tuple[list[int], list[float]]:

@@ -36,7 +36,7 @@ from ftis.node.demo.launch import (
     write_node_config,
 )
 from ftis.node.demo.settings import DemoConfig, load_demo_config
-from ftis.node.demo.summary import as_json, markdown, rich_table, summarize
+from ftis.node.demo.summary import as_json, headline, markdown, rich_table, summarize
 from ftis.node.demo.view import View, make_view
 
 POLL_S = 0.5  # how often the metrics files and the processes are looked at
@@ -212,6 +212,7 @@ def _report(out: Path, swarm: list[NodeProgress], solo: Mapping[str, NodeProgres
     from ftis.node.demo.plot import plot_accuracy
 
     rows = [summarize(node, solo.get(node.name)) for node in swarm]
+    echo(headline(rows, solo_ran))
     if sys.stdout.isatty():
         from rich.console import Console
 
@@ -219,7 +220,7 @@ def _report(out: Path, swarm: list[NodeProgress], solo: Mapping[str, NodeProgres
     else:
         echo(markdown(rows, solo_ran))
     summary = out / "summary.md"
-    summary.write_text(markdown(rows, solo_ran), encoding="utf-8")
+    summary.write_text(headline(rows, solo_ran) + "\n\n" + markdown(rows, solo_ran), encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(as_json(rows, solo_ran), indent=2) + "\n", encoding="utf-8")
     plot = plot_accuracy(out / "accuracy.png", swarm, solo)
     echo(f"summary: {summary} (and summary.json); plot: {plot}")

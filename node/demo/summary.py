@@ -5,6 +5,12 @@ seed in as many rounds. Also what the swarm moved: peers' groups trained on, fil
 bytes; and each node's utilisation, the share of its wall time spent generating or training (after round 0,
 whose time holds the start-up: ``runner/utilisation.py``).
 
+When the task names skills (arithmetic: carry / no-carry), each node's *weakest skill* is the one it was
+worst at in its first evaluation (the specialist's: carry), with its accuracy at the start and the end,
+swarm and solo: what a node learns from peers that have the skill shows there first. ``headline`` is the
+sentence above the table: what the user is looking at, and each evaluation's standard error, the noise
+any difference is read against.
+
     rows = [summarize(swarm_progress, solo_progress_or_none), ...]
     print(markdown(rows, solo_ran=True))   # also written to DIR/summary.md; as_json(rows) to summary.json
 """
@@ -41,6 +47,11 @@ class NodeSummary:
     utilisation: float | None  # share of wall time generating or training, rounds after round 0 (utilisation.py)
     solo_end_accuracy: float | None = None  # the solo baseline's, when it ran
     solo_mean_accuracy: float | None = None
+    weakest_skill: str | None = None  # the skill it was worst at in its first evaluation (None: no skills)
+    skill_start: float | None = None  # ...its accuracy on it then, at the end, and the solo run's at the end
+    skill_end: float | None = None
+    solo_skill_end: float | None = None
+    standard_error: float | None = None  # of one evaluation (the first): the noise of its accuracy figures
 
     @property
     def change(self) -> float | None:
@@ -54,6 +65,9 @@ def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSumm
     trained = [step for step in swarm.steps if step["train_trained"]]
     last = swarm.latest_step
     solo_accuracies = [evaluation.accuracy for evaluation in solo.evaluations] if solo is not None else []
+    first = swarm.evaluations[0] if swarm.evaluations else None
+    weakest = min(first.skills, key=first.skills.get) if first is not None and first.skills else None
+    solo_skill = solo.evaluations[-1].skills.get(weakest) if weakest and solo is not None and solo.evaluations else None
     return NodeSummary(
         name=swarm.name,
         model=swarm.model,
@@ -71,7 +85,21 @@ def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSumm
         utilisation=work_share(laps) if (laps := laps_of(swarm.steps[1:])) else None,
         solo_end_accuracy=solo_accuracies[-1] if solo_accuracies else None,
         solo_mean_accuracy=_mean(solo_accuracies),
+        weakest_skill=weakest,
+        skill_start=first.skills[weakest] if weakest else None,
+        skill_end=swarm.evaluations[-1].skills.get(weakest) if weakest else None,
+        solo_skill_end=solo_skill,
+        standard_error=first.standard_error if first is not None else None,
     )
+
+
+def headline(rows: Sequence[NodeSummary], solo_ran: bool) -> str:
+    """One sentence on what the table shows, and the noise to read it against."""
+    errors = [row.standard_error for row in rows if row.standard_error is not None]
+    noise = f" One evaluation's standard error is about {100 * max(errors):.1f} points." if errors else ""
+    compared = (" beside the same model trained alone (solo) from the same start" if solo_ran else "")
+    return (f"Each node's held-out greedy accuracy before its first GRPO step and after the last, in the swarm"
+            f"{compared}; 'weakest skill' is what it was worst at to begin with.{noise}")
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -79,13 +107,15 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 HEADERS = ("node", "model", "rounds", "accuracy start", "accuracy end", "change", "mean (all evals)",
-           "solo end", "solo mean", "peer groups used", "filtered", "IS w", "sent", "recv", "utilisation")
-_SOLO = ("solo end", "solo mean")
+           "solo end", "solo mean", "weakest skill", "skill start", "skill end", "solo skill end",
+           "peer groups used", "filtered", "IS w", "sent", "recv", "utilisation")
+_SOLO = ("solo end", "solo mean", "solo skill end")
 # The terminal's table: shorter headers, without the rounds (in the title) and the traffic (the live table
 # showed it), so that it fits a 100-column terminal.
 _TERMINAL = {"node": "node", "model": "model", "accuracy start": "acc\nstart",
              "accuracy end": "acc\nend", "change": "change", "mean (all evals)": "mean\nacc", "solo end": "solo\nend",
-             "solo mean": "solo\nmean", "peer groups used": "peer\ngroups", "filtered": "filtered"}
+             "solo mean": "solo\nmean", "weakest skill": "weakest\nskill", "skill end": "skill\nend",
+             "solo skill end": "solo\nskill end", "filtered": "filtered"}
 
 
 def cells(row: NodeSummary) -> dict[str, str]:
@@ -93,6 +123,7 @@ def cells(row: NodeSummary) -> dict[str, str]:
         row.name, f"{row.model} ({row.adapter})", str(row.rounds),
         _accuracy(row.start_accuracy), _accuracy(row.end_accuracy), _signed(row.change), _accuracy(row.mean_accuracy),
         _accuracy(row.solo_end_accuracy), _accuracy(row.solo_mean_accuracy),
+        row.weakest_skill or "-", _accuracy(row.skill_start), _accuracy(row.skill_end), _accuracy(row.solo_skill_end),
         str(row.peer_groups_used),
         "-" if row.filtered_fraction is None else f"{row.filtered_fraction:.0%}",
         "-" if row.is_weight_mean is None else f"{row.is_weight_mean:.2f}",

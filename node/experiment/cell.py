@@ -10,9 +10,11 @@ a swarm of its own (they still run side by side, each alone). Each round every n
 in-distribution and OOD splits happen before round 0, after every ``eval_every`` rounds and after the
 last one, on the same fixed problems each time.
 
-The record (``CELL_SCHEMA``): per node, the evaluation rounds and both accuracy curves, and per round
+The record (``CELL_SCHEMA``): per node, the evaluation rounds and both accuracy curves, the
+in-distribution accuracy per skill when the task names skills (``id_skills``: carry, no-carry), and per round
 its own sampling reward and the step's figures: filtered fraction of all completions trained on and
-of the peers' completions, mean IS weight over trained tokens, fraction of tokens truncated at C,
+of the peers' completions, and of all completions by the filter's two reasons (advantage ≤ 0, divergence
+> g), mean IS weight over trained tokens, fraction of tokens truncated at C,
 peer groups used, and whether a step was taken at all (a round whose groups all had equal rewards
 takes none; its step figures are zeros, which the report leaves out). The fraction of peers'
 completions filtered is ``filtered_fraction × sequences / (peer_groups × group_size)``: the filter
@@ -38,7 +40,7 @@ from ftis.node.experiment.lockstep import LockstepSwarm, SwarmMember, in_paralle
 from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.node import Node, RoundReport
 
-CELL_SCHEMA = 1  # bump when the record's layout changes
+CELL_SCHEMA = 2  # bump when the record's layout changes
 Echo = Callable[[str], None]
 
 
@@ -106,7 +108,7 @@ def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path], extras: CellExtras |
             if done in due:
                 results = in_parallel([lambda n=n: _evaluate(grid, n, records) for n in nodes.values()])
                 for (label, curve), (id_result, ood_result) in zip(curves.items(), results, strict=True):
-                    curve.evaluated(done, id_result.accuracy, ood_result.accuracy)
+                    curve.evaluated(done, id_result, ood_result.accuracy)
                     if extras.evaluated is not None:
                         extras.evaluated(label, done, id_result)
             if done < grid.rounds:
@@ -151,19 +153,22 @@ def _evaluate(grid: Grid, node: Node, records: bool) -> tuple[EvalResult, EvalRe
 class _Curves:
     """One node's figures over a cell."""
 
-    STEP_KEYS = ("own_reward", "filtered_fraction", "peer_filtered_fraction", "is_weight_mean",
-                 "truncated_fraction", "peer_groups_used", "trained")
+    STEP_KEYS = ("own_reward", "filtered_fraction", "peer_filtered_fraction", "filtered_advantage_fraction",
+                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used", "trained")
 
     def __init__(self) -> None:
         self.eval_rounds: list[int] = []
         self.id_accuracy: list[float] = []
         self.ood_accuracy: list[float] = []
+        self.id_skills: dict[str, list[float]] = {}
         self.steps: dict[str, list[float]] = {key: [] for key in self.STEP_KEYS}
 
-    def evaluated(self, round_: int, id_accuracy: float, ood_accuracy: float) -> None:
+    def evaluated(self, round_: int, id_result: EvalResult, ood_accuracy: float) -> None:
         self.eval_rounds.append(round_)
-        self.id_accuracy.append(id_accuracy)
+        self.id_accuracy.append(id_result.accuracy)
         self.ood_accuracy.append(ood_accuracy)
+        for skill in id_result.by_skill:
+            self.id_skills.setdefault(skill, []).append(id_result.skill_accuracy(skill))
 
     def stepped(self, report: RoundReport, config: NodeConfig) -> None:
         step = report.step
@@ -173,6 +178,8 @@ class _Curves:
             "own_reward": report.own_reward,
             "filtered_fraction": step.filtered_fraction,
             "peer_filtered_fraction": filtered / peer_sequences if peer_sequences else 0.0,
+            "filtered_advantage_fraction": step.filtered_advantage_fraction,
+            "filtered_divergence_fraction": step.filtered_divergence_fraction,
             "is_weight_mean": step.is_weight_mean,
             "truncated_fraction": step.truncated_fraction,
             "peer_groups_used": float(report.peer_groups_used),
@@ -183,4 +190,4 @@ class _Curves:
 
     def as_dict(self) -> dict[str, Any]:
         return {"eval_rounds": self.eval_rounds, "id_accuracy": self.id_accuracy,
-                "ood_accuracy": self.ood_accuracy, "steps": self.steps}
+                "ood_accuracy": self.ood_accuracy, "id_skills": self.id_skills, "steps": self.steps}

@@ -103,6 +103,10 @@ class Grid(_Section):
     ood_split: str = Field("ood", description="The out-of-distribution split.")
     warmup_seed: int = Field(0, description="Seeds every model's warm start (one per model, shared by all cells).")
     reference: str = Field(description="The condition paired differences are taken against (a solo one).")
+    comparisons: list[tuple[str, str]] = Field(
+        default_factory=list, description="More pairs of conditions compared seed by seed, e.g. "
+        '["ftis", "nois"]: the first minus the second, mean ± standard error and how many seeds came out ahead.'
+    )
     node: dict[str, Any] = Field(default_factory=dict, description="Every node's settings (a partial node config).")
     models: dict[str, ModelSpec] = Field(min_length=1, description="The models, by label.")
     conditions: dict[str, Condition] = Field(min_length=1, description="The conditions, by name.")
@@ -114,6 +118,10 @@ class Grid(_Section):
             for name in names:
                 if not re.match(NAME_PATTERN, name):
                     raise ValueError(f"{kind} name {name!r} must match {NAME_PATTERN} (it names files)")
+        for pair in self.comparisons:
+            unknown = [name for name in pair if name not in self.conditions]
+            if unknown:
+                raise ValueError(f"comparisons: {', '.join(unknown)} is not a condition")
         reference = self.conditions.get(self.reference)
         if reference is None or reference.swarm:
             raise ValueError(f"reference {self.reference!r} must name a solo condition (swarm = false)")
@@ -122,9 +130,19 @@ class Grid(_Section):
                 raise ValueError(f"[node.{key}] is set by the experiment itself: use [models] instead")
         return self
 
-    def adjusted(self, *, quick: bool = False, seeds: int | None = None, rounds: int | None = None) -> "Grid":
-        """This grid with ``--quick`` applied, then ``--seeds`` / ``--rounds`` (None: unchanged)."""
+    def adjusted(self, *, quick: bool = False, seeds: int | None = None, rounds: int | None = None,
+                 conditions: list[str] | None = None) -> "Grid":
+        """This grid with ``--quick`` applied, then ``--seeds`` / ``--rounds`` (None: unchanged), and only
+        ``conditions`` (None: all; the reference is always kept, and comparisons of dropped conditions go)."""
         data = self.model_dump()
+        if conditions is not None:
+            unknown = [name for name in conditions if name not in self.conditions]
+            if unknown:
+                raise GridError(f"--conditions: no condition {', '.join(unknown)} (the grid has "
+                                f"{', '.join(self.conditions)})")
+            kept = {*conditions, self.reference}
+            data["conditions"] = {name: c for name, c in data["conditions"].items() if name in kept}
+            data["comparisons"] = [pair for pair in data["comparisons"] if set(pair) <= kept]
         if quick:
             q = self.quick
             data.update(seeds=q.seeds, rounds=q.rounds, eval_every=q.eval_every, eval_problems=q.eval_problems)
@@ -160,7 +178,7 @@ class Grid(_Section):
 
     def fingerprint(self, condition: str) -> str:
         """What decides a cell of ``condition`` (any seed), hashed; see the module docstring."""
-        decisive = self.model_dump(mode="json", exclude={"seeds", "conditions", "quick", "reference"})
+        decisive = self.model_dump(mode="json", exclude={"seeds", "conditions", "quick", "reference", "comparisons"})
         decisive["condition"] = self.conditions[condition].model_dump(mode="json")
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -13,10 +13,11 @@ from pathlib import Path
 from ftis.node.atomic import write_atomic
 from ftis.node.experiment.grid import Grid
 from ftis.node.experiment.plots import plot_accuracy, plot_filtering
-from ftis.node.experiment.stats import ModelRow, Record, Spread, condition_rows, model_rows
+from ftis.node.experiment.stats import ModelRow, Record, Spread, condition_rows, model_rows, pair_rows, weakest_skill
 from ftis.node.experiment.store import read_cell
 
 REPORT = "report.md"
+PAIRED = ("id_final", "id_auc", "skill_final", "ood_final")  # the measures of the paired comparisons' table
 FIGURES = {"id": "accuracy_id.png", "ood": "accuracy_ood.png", "filtering": "filtering.png"}
 
 
@@ -78,6 +79,36 @@ def render(grid: Grid, records: list[Record], command: str) -> str:
                     ("mean", f"{split}_auc"), (f"Δ mean vs {ref}", f"{split}_auc", True)),
             "",
         ]
+    skills = {label: weakest_skill(records[0]["nodes"][label]) for label in grid.models}
+    if any(skills.values()):
+        named = ", ".join(f"{label}: {skill}" for label, skill in skills.items() if skill)
+        lines += [
+            "## Each model's weakest skill",
+            "",
+            f"In-distribution accuracy on the problems of the skill each model was worst at before any GRPO step "
+            f"({named}), in %, mean ± std over seeds: a specialist's missing skill, and what it learns from peers.",
+            "",
+            *_table(rows, ("final", "skill_final"), (f"Δ final vs {ref}", "skill_final", True),
+                    ("mean", "skill_auc"), (f"Δ mean vs {ref}", "skill_auc", True)),
+            "",
+        ]
+    pairs = [(name, ref) for name in grid.conditions if name != ref and grid.conditions[name].variant == "ftis"
+             and grid.conditions[name].grouping == "vertical" and grid.conditions[name].swarm]
+    comparisons = pair_rows(records, [*pairs, *grid.comparisons], list(grid.models))
+    if comparisons:
+        lines += [
+            "## Paired comparisons",
+            "",
+            "The first condition minus the second, seed by seed, in points: mean ± standard error over seeds, "
+            "and in brackets how many seeds came out ahead. In-distribution final and mean (AUC), the weakest skill's "
+            "final accuracy, and out-of-distribution final.",
+            "",
+            "| comparison | model | ID final | ID mean | skill final | OOD final |",
+            "|---|---|---|---|---|---|",
+            *(f"| {row.first} − {row.second} | {row.model} | "
+              + " | ".join(_paired(row.deltas[key]) for key in PAIRED) + " |" for row in comparisons),
+            "",
+        ]
     lines += [
         "## Sampling accuracy on the training prompts",
         "",
@@ -95,17 +126,19 @@ def render(grid: Grid, records: list[Record], command: str) -> str:
         "",
         "Per condition, mean ± std over seeds of each cell's mean over its nodes' optimizer steps. *Peers "
         "filtered*: share of the peers' completions the filter dropped (Â ≤ 0 or D > g); *all filtered*: share "
-        "of all completions trained on; *IS weight*: the weight the variant applies, mean over trained tokens "
-        "(own tokens included); *truncated*: tokens whose weight was cut at C; *own reward*: the nodes' "
-        "sampling accuracy on their training prompts.",
+        "of all completions trained on, then split by the reason (*by advantage*: Â ≤ 0; *by divergence*: "
+        "D > g; a completion with both counts in both); *IS weight*: the weight the variant applies, mean over "
+        "trained tokens (own tokens included); *truncated*: tokens whose weight was cut at C; *own reward*: the "
+        "nodes' sampling accuracy on their training prompts.",
         "",
-        "| condition | peers filtered | all filtered | IS weight | truncated | peer groups/step | own reward | "
-        "s/cell |",
-        "|---|---|---|---|---|---|---|---|",
+        "| condition | peers filtered | all filtered | by advantage | by divergence | IS weight | truncated | "
+        "peer groups/step | own reward | s/cell |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in condition_rows(records, list(grid.conditions)):
         peer = (lambda s: "—") if not row.swarm else _pct
         lines.append(f"| {row.condition} | {peer(row.peer_filtered)} | {peer(row.filtered)} | "
+                     f"{peer(row.filtered_advantage)} | {peer(row.filtered_divergence)} | "
                      f"{_num(row.is_weight, 3)} | {_pct(row.truncated)} | {_num(row.peer_groups, 1)} | "
                      f"{_pct(row.own_reward)} | {_num(row.wall_seconds, 0)} |")
     lines += [
@@ -138,14 +171,18 @@ def _setup(grid: Grid, records: list[Record]) -> list[str]:
         f"- Pairing: every model starts every cell from one warm start (seed {grid.warmup_seed}); at seed s, "
         "each model's sampling, prompt order and LoRA initialisation are seeded the same in every condition.",
         "",
-        "| model | base | adapter | GRPO lr | warm-up steps | warm-up data mix |",
+        "| model | base | adapter | GRPO lr | warm-up | warm-up data mix |",
         "|---|---|---|---|---|---|",
     ]
     for label, spec in grid.models.items():
-        mix = dict(spec.warmup.arithmetic) or "the task's"
+        w = spec.warmup
+        mix = dict(w.arithmetic) or "the task's"
+        if w.no_carry_share:
+            mix = f"{mix}, {w.no_carry_share:.0%} redrawn without a carry"
+        stop = f", stop at dev ≥ {w.stop_accuracy:.0%} (checked every {w.check_every})" if w.stop_accuracy else ""
         lines.append(f"| {label} | {spec.name} | {spec.adapter}"
                      f"{f' (r {spec.lora_rank}, α {spec.lora_alpha:g})' if spec.adapter == 'lora' else ''} | "
-                     f"{spec.learning_rate:g} | {spec.warmup.steps} | {mix} |")
+                     f"{spec.learning_rate:g} | ≤ {w.steps} steps, {w.schedule} lr {w.learning_rate:g}{stop} | {mix} |")
     lines += ["", "| condition | trains | loss variant | grouping | node settings changed |", "|---|---|---|---|---|"]
     for name, cond in grid.conditions.items():
         lines.append(f"| {name} | {'together' if cond.swarm else 'each model alone'} | `{cond.variant}` | "
@@ -174,6 +211,14 @@ def _pct(spread: Spread | None, signed: bool = False) -> str:
         return "n/a"
     mean = f"{100 * spread.mean:+.1f}" if signed else f"{100 * spread.mean:.1f}"
     return mean if math.isnan(spread.std) else f"{mean} ± {100 * spread.std:.1f}"
+
+
+def _paired(spread: Spread) -> str:
+    """``+3.1 ± 1.2 (3/3)``: a paired difference in points, its standard error, the seeds ahead."""
+    if spread.n == 0:
+        return "n/a"
+    error = "" if math.isnan(spread.standard_error) else f" ± {100 * spread.standard_error:.1f}"
+    return f"{100 * spread.mean:+.1f}{error} ({spread.positive}/{spread.n})"
 
 
 def _num(spread: Spread, digits: int) -> str:

@@ -7,9 +7,12 @@ Per cell and model (``MEASURES``): *final* is the accuracy of the last evaluatio
 evaluations (round 0 included: every condition starts from the same warm start, so it shifts all
 conditions alike); the sampling accuracy on the training prompts (the reward GRPO raises) over the
 first and the last quarter of the rounds.
-Over seeds: mean and sample standard deviation (n − 1; undefined, NaN, for one seed). A *paired*
-difference is taken seed by seed against the reference condition (same warm start, same model seeds),
-over the seeds both have, then averaged: it removes the seed-to-seed spread the conditions share.
+*Skill*: accuracy on the node's weakest skill, the one it was worst at in its first evaluation (the same
+warm start in every condition, so the same skill): the specialist's carries.
+Over seeds: mean and sample standard deviation (n − 1; undefined, NaN, for one seed), the standard
+error of the mean (std / sqrt(n)), and how many values are positive. A *paired* difference is taken seed
+by seed between two conditions (same warm start, same model seeds), over the seeds both have: it removes
+the seed-to-seed spread the conditions share.
 
 Per cell, a step figure (filtered fraction, IS weight, ...) is the mean over every node's rounds that
 took an optimizer step (a round whose groups all had equal rewards takes none).
@@ -28,16 +31,22 @@ class Spread:
     mean: float
     std: float  # sample standard deviation; NaN when n < 2
     n: int
+    positive: int = 0  # values > 0 (for paired differences: seeds where the first condition came out ahead)
 
     @classmethod
     def of(cls, values: Iterable[float]) -> "Spread":
-        data = [float(v) for v in values]
+        data = [float(v) for v in values if not math.isnan(float(v))]
         n = len(data)
         if n == 0:
             return cls(math.nan, math.nan, 0)
         mean = sum(data) / n
         std = math.sqrt(sum((v - mean) ** 2 for v in data) / (n - 1)) if n > 1 else math.nan
-        return cls(mean, std, n)
+        return cls(mean, std, n, sum(v > 0 for v in data))
+
+    @property
+    def standard_error(self) -> float:
+        """std / sqrt(n): the standard error of the mean (NaN when n < 2)."""
+        return self.std / math.sqrt(self.n) if self.n > 1 else math.nan
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ class ConditionRow:
     swarm: bool
     peer_filtered: Spread  # fraction of peers' completions the filter dropped
     filtered: Spread  # fraction of all completions trained on that the filter dropped
+    filtered_advantage: Spread  # ...of all completions, dropped for Â ≤ 0
+    filtered_divergence: Spread  # ...of all completions, dropped for D > g
     is_weight: Spread  # mean IS weight over trained tokens
     truncated: Spread  # fraction of tokens whose weight was truncated at C
     peer_groups: Spread  # peers' groups used per step
@@ -86,10 +97,26 @@ def _quarter(values: Sequence[float]) -> int:
     return max(1, math.ceil(len(values) / 4))
 
 
+def weakest_skill_curve(node: Record) -> list[float]:
+    """The node's accuracy curve on the skill it was worst at in its first evaluation ([nan] without skills)."""
+    skills = node.get("id_skills") or {}
+    if not skills:
+        return [math.nan]
+    weakest = min(skills, key=lambda skill: skills[skill][0])
+    return skills[weakest]
+
+
+def weakest_skill(node: Record) -> str | None:
+    skills = node.get("id_skills") or {}
+    return min(skills, key=lambda skill: skills[skill][0]) if skills else None
+
+
 # What the report shows per condition × model: a node's record -> one number.
 MEASURES: dict[str, Callable[[Record], float]] = {
     "id_final": lambda node: final(node["id_accuracy"]),
     "id_auc": lambda node: auc(node["id_accuracy"]),
+    "skill_final": lambda node: final(weakest_skill_curve(node)),
+    "skill_auc": lambda node: auc(weakest_skill_curve(node)),
     "ood_final": lambda node: final(node["ood_accuracy"]),
     "ood_auc": lambda node: auc(node["ood_accuracy"]),
     "reward_early": early_reward,
@@ -133,6 +160,31 @@ def model_rows(records: Iterable[Record], conditions: Sequence[str], models: Seq
     return rows
 
 
+@dataclass(frozen=True)
+class PairRow:
+    first: str  # condition
+    second: str  # the condition it is compared with, seed by seed
+    model: str
+    deltas: dict[str, Spread]  # per measure: first − second, paired by seed
+
+
+def pair_rows(records: Iterable[Record], pairs: Sequence[tuple[str, str]], models: Sequence[str]) -> list[PairRow]:
+    """One row per (first, second) pair × model, for the pairs both of whose conditions have cells."""
+    cells = by_cell(records)
+    present = {condition for condition, _ in cells}
+    rows = []
+    for first, second in pairs:
+        if first not in present or second not in present:
+            continue
+        for model in models:
+            deltas = {}
+            for name, measure in MEASURES.items():
+                mine, theirs = per_seed(cells, first, model, measure), per_seed(cells, second, model, measure)
+                deltas[name] = Spread.of(mine[s] - theirs[s] for s in sorted(mine.keys() & theirs.keys()))
+            rows.append(PairRow(first, second, model, deltas))
+    return rows
+
+
 def per_seed(cells: dict[tuple[str, int], Record], condition: str, model: str,
              measure: Callable[[Record], float]) -> dict[int, float]:
     """{seed: ``measure`` of the model's node} over the condition's cells."""
@@ -156,6 +208,8 @@ def condition_rows(records: Iterable[Record], conditions: Sequence[str]) -> list
             swarm=bool(mine[0]["settings"]["swarm"]),
             peer_filtered=over_seeds("peer_filtered_fraction"),
             filtered=over_seeds("filtered_fraction"),
+            filtered_advantage=over_seeds("filtered_advantage_fraction"),
+            filtered_divergence=over_seeds("filtered_divergence_fraction"),
             is_weight=over_seeds("is_weight_mean"),
             truncated=over_seeds("truncated_fraction"),
             peer_groups=over_seeds("peer_groups_used"),

@@ -4,11 +4,18 @@
     result = evaluate(policy, make_task("gsm8k"), "test", limit=200, max_new_tokens=512)
     print(f"{result.accuracy:.1%} of {result.total}")
 
-Which problems (``problem_indices``): the first ``limit`` of a finite split, or all of it when
+Which problems (``eval_problems``): the first ``limit`` of a finite split, or all of it when
 ``limit`` is None. A synthetic split (``task.size`` is None) has no first problems worth the name, so
-it is a fixed set of ``limit`` indices (``SYNTHETIC_DEFAULT_LIMIT`` when None) drawn from a hash of
-their rank: the same set in every evaluation, on every machine, and a smaller limit's set is a
-prefix of a larger one's. Evaluations during training therefore always score the same problems.
+it is a fixed set of ``limit`` *distinct* problems (``SYNTHETIC_DEFAULT_LIMIT`` when None): indices
+drawn from a hash of their rank (``problem_indices``), a problem whose question was already drawn
+skipped, so that a small problem space is not scored as a few problems counted many times over. The
+same set in every evaluation, on every machine, and a smaller limit's set is a prefix of a larger
+one's. Evaluations during training therefore always score the same problems. A split with fewer
+distinct problems than asked for is scored whole (``total`` says how many).
+
+Noise: ``standard_error`` is the binomial one, sqrt(p(1 − p) / total); a change of accuracy between two
+evaluations of one run (same problems) is read against it. Tasks that name a skill per problem
+(``skill``, e.g. arithmetic's carry / no-carry) get their accuracy per skill in ``by_skill``.
 
 How: each problem's prompt is built exactly as the node builds its training prompts
 (``prompts.prompt_ids``); prompts are sorted by length so that a batch pads little, decoded
@@ -19,9 +26,10 @@ problem set, batch size and device: there is no sampling.
 """
 
 import hashlib
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ftis.node.generation.hf import greedy
 from ftis.node.models import Policy
@@ -31,6 +39,7 @@ from ftis.node.tasks import Problem, Task
 HELD_OUT_SPLIT = "test"  # every built-in task's held-out split, evaluated unless another is named
 SYNTHETIC_DEFAULT_LIMIT = 500  # problems of an unbounded (synthetic) split when no limit is given
 _INDEX_SPACE = 2**31  # synthetic indices are drawn below this, like the node's training prompts
+_RANKS_PER_PROBLEM = 20  # a synthetic split whose space is exhausted: give up after this many draws per problem
 
 # progress(done, total, correct): called after each batch with the problems scored so far
 EvalProgress = Callable[[int, int, int], None]
@@ -66,6 +75,17 @@ class EvalResult:
     tokens_per_s: float  # generated tokens / seconds spent generating
     seconds: float  # wall time: prompts, generation, scoring
     records: tuple[EvalRecord, ...] = ()  # per problem, in problem order, when asked for
+    by_skill: dict[str, tuple[int, int]] = field(default_factory=dict)  # skill -> (correct, total), when named
+
+    @property
+    def standard_error(self) -> float:
+        """The binomial standard error of ``accuracy``: sqrt(p(1 − p) / total)."""
+        return math.sqrt(self.accuracy * (1.0 - self.accuracy) / self.total)
+
+    def skill_accuracy(self, skill: str) -> float:
+        """Accuracy on the problems of one skill (nan when there were none)."""
+        correct, total = self.by_skill.get(skill, (0, 0))
+        return correct / total if total else float("nan")
 
 
 def held_out_split(task: Task) -> str:
@@ -79,8 +99,7 @@ def held_out_split(task: Task) -> str:
 def problem_indices(size: int | None, limit: int | None) -> list[int]:
     """The indices evaluated in a split of ``size`` problems (None: synthetic, unbounded); see the
     module docstring."""
-    if limit is not None and (isinstance(limit, bool) or limit < 1):
-        raise EvalError(f"limit must be at least 1 (or None for the whole split), got {limit}")
+    _check_limit(limit)
     if size is not None:
         return list(range(size if limit is None else min(limit, size)))
     count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
@@ -93,13 +112,29 @@ def problem_indices(size: int | None, limit: int | None) -> list[int]:
     return list(indices)
 
 
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        raise EvalError(f"limit must be at least 1 (or None for the whole split), got {limit}")
+
+
 def eval_problems(task: Task, split: str, limit: int | None) -> list[Problem]:
-    """The problems ``evaluate`` scores. Raises the task's errors for an unknown split or bad data,
-    and ``EvalError`` for an empty split."""
-    indices = problem_indices(task.size(split), limit)
-    if not indices:
-        raise EvalError(f"{task.name}/{split} has no problems")
-    return [task.problem(split, index) for index in indices]
+    """The problems ``evaluate`` scores (see the module docstring). Raises the task's errors for an unknown
+    split or bad data, and ``EvalError`` for an empty split."""
+    size = task.size(split)
+    if size is not None:
+        indices = problem_indices(size, limit)
+        if not indices:
+            raise EvalError(f"{task.name}/{split} has no problems")
+        return [task.problem(split, index) for index in indices]
+    _check_limit(limit)
+    count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
+    distinct: dict[str, Problem] = {}
+    for index in problem_indices(None, count * _RANKS_PER_PROBLEM):
+        problem = task.problem(split, index)
+        distinct.setdefault(problem.question, problem)
+        if len(distinct) == count:
+            break
+    return list(distinct.values())
 
 
 def evaluate(
@@ -145,6 +180,12 @@ def evaluate(
             progress(start + len(chunk), len(order), correct)
     done = [record for record in records if record is not None]
     total, tokens = len(done), sum(record.tokens for record in done)
+    by_skill: dict[str, tuple[int, int]] = {}
+    skill_of = getattr(task, "skill", None)
+    for problem, record in zip(problems, done, strict=True) if skill_of is not None else ():
+        if (skill := skill_of(problem)) is not None:
+            right, seen = by_skill.get(skill, (0, 0))
+            by_skill[skill] = (right + (record.reward == 1.0), seen + 1)
     return EvalResult(
         dataset=task.name,
         split=split,
@@ -157,12 +198,16 @@ def evaluate(
         tokens_per_s=tokens / generating if generating > 0 else 0.0,
         seconds=time.perf_counter() - started,
         records=tuple(done) if keep_records else (),
+        by_skill=dict(sorted(by_skill.items())),
     )
 
 
 def summary_line(result: EvalResult) -> str:
-    """One line for logs: ``eval gsm8k/test  accuracy 41.5% (83/200)  format 92%  ...``."""
-    return (f"eval {result.dataset}/{result.split}  accuracy {result.accuracy:.1%} ({result.correct}/{result.total})"
+    """One line for logs: ``eval gsm8k/test  accuracy 41.5% ± 3.5% (83/200)  format 92%  ...`` (± one standard
+    error), with the accuracy of each skill the task names."""
+    skills = "".join(f"  {skill} {right / seen:.1%}" for skill, (right, seen) in result.by_skill.items())
+    return (f"eval {result.dataset}/{result.split}  accuracy {result.accuracy:.1%} ± {result.standard_error:.1%} "
+            f"({result.correct}/{result.total}){skills}"
             f"  format {result.format_valid:.0%}  truncated {result.truncated:.0%}"
             f"  length {result.mean_completion_tokens:.1f} tok  {result.tokens_per_s:.0f} tok/s"
             f"  {result.seconds:.1f} s")

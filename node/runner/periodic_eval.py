@@ -10,7 +10,8 @@ A node in ``rounds`` mode may jump rounds to fall into step with its peers; it e
 round past each multiple. The problems are the same every time (``evaluation.problem_indices``).
 
 Each evaluation writes a record of its own into ``metrics.jsonl`` (``eval_record``: ``round`` is the
-round it precedes, the other keys start with ``eval_``) and prints a summary line; the run loop also
+round it precedes, the other keys start with ``eval_``; ``eval_skills`` holds the accuracy per skill
+when the task names skills, e.g. arithmetic's carry / no-carry) and prints a summary line; the run loop also
 passes its accuracy into that round's step record, which the display and TensorBoard show.
 """
 
@@ -32,8 +33,10 @@ def eval_record(result: EvalResult, round: int, policy_version: int) -> dict[str
         "eval_dataset": result.dataset,
         "eval_split": result.split,
         "eval_accuracy": result.accuracy,
+        "eval_standard_error": result.standard_error,
         "eval_correct": result.correct,
         "eval_total": result.total,
+        "eval_skills": {skill: result.skill_accuracy(skill) for skill in result.by_skill},  # e.g. carry, no-carry
         "eval_format_valid": result.format_valid,
         "eval_truncated": result.truncated,
         "eval_mean_completion_tokens": result.mean_completion_tokens,

@@ -5,11 +5,21 @@ the same problem, which is what lets a receiver recompute a peer's reward. The r
 BLAKE2b over a text key (not ``random``), so it is the same on every platform and Python version.
 
 Splits:
-- "train" and "test": the same distribution, and disjoint: each possible problem belongs to test
-  when a hash of (seed, problem) falls in a 1-in-``TEST_SHARE`` bucket, and to train otherwise;
-  a split draws candidates until one lands in its own bucket.
+- "train", "dev" and "test": the same distribution, and disjoint: a hash of (seed, problem) puts each
+  possible problem in one of ``TEST_SHARE`` buckets: bucket 0 is test, bucket 1 is dev (what a warm-up
+  stops on, so that test stays untouched), the rest train; a split draws candidates until one lands in
+  its own bucket.
 - "ood": unseen problems, as configured: operands with ``ood_extra_digits`` more digits than
   ``max_digits``, and/or at least one operation from ``ood_operations`` (held out of train and test).
+
+Operands: ``operand_draw = "length"`` draws a digit count uniformly in [min_digits, max_digits], then a
+number of that length, so 1-digit operands are as common as 2-digit ones; ``"value"`` draws every number
+with min_digits…max_digits digits with equal probability (1–2 digits: 0…99, each pair of operands equally
+likely), so the split is the problem space itself, without a pile of repeated short problems.
+
+Skills (``skill``): an addition-only problem either needs a carry in some column or not ("carry",
+"no-carry"); evaluations report accuracy per skill, and a warm-up can leave carries out
+(``warmup/data.py``) to make a specialist that lacks them.
 
 Formats: "plain" (the prompt is "12+34=", the completion is the number and then the end; reward 1 iff
 the stripped completion is exactly the gold integer) or "tags" (the paper's format, checked like GSM8K).
@@ -26,8 +36,9 @@ from ftis.node.tasks.numeric import tagged_number_reward
 from ftis.node.tasks.tags import tag_prompt, tagged_answer
 
 OPERATIONS = "+-*"
-SPLITS = ("train", "test", "ood")
-TEST_SHARE = 10  # one problem in ten belongs to the test split
+SPLITS = ("train", "dev", "test", "ood")
+TEST_SHARE = 10  # one problem in ten belongs to the test split, one in ten to dev
+DRAWS = ("length", "value")
 MAX_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
 MAX_OPERANDS = 16
 MAX_ATTEMPTS = 10_000  # candidates a split may draw before the problem space is declared too small
@@ -44,6 +55,7 @@ class ArithmeticSettings:
     ood_operations: str = ""  # held out of train/test; every OOD problem uses at least one of them
     seed: int = 0
     format: Literal["plain", "tags"] = "plain"
+    operand_draw: Literal["length", "value"] = "length"  # see the module docstring
 
     def __post_init__(self):
         if not 1 <= self.min_digits <= self.max_digits or self.max_digits + self.ood_extra_digits > MAX_DIGITS:
@@ -62,6 +74,8 @@ class ArithmeticSettings:
             raise TaskError("arithmetic: the ood split must differ: set ood_extra_digits > 0 or ood_operations")
         if not 2 <= self.operands <= MAX_OPERANDS:
             raise TaskError(f"arithmetic: operands must be in [2, {MAX_OPERANDS}], got {self.operands}")
+        if self.operand_draw not in DRAWS:
+            raise TaskError(f"arithmetic: operand_draw must be one of {', '.join(DRAWS)}, got {self.operand_draw!r}")
         if self.format not in FORMATS:
             raise TaskError(f"arithmetic: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
 
@@ -70,7 +84,7 @@ class ArithmeticSettings:
         """Every setting that changes a problem or its reward, so peers with other settings never match."""
         ood = f"ood-d+{self.ood_extra_digits}" + (f"-{self.ood_operations}" if self.ood_operations else "")
         tags = "/tags" if self.format == "tags" else ""
-        digits = f"d{self.min_digits}-{self.max_digits}"
+        digits = f"d{self.min_digits}-{self.max_digits}" + ("v" if self.operand_draw == "value" else "")
         return f"arith/{digits}/{self.operations}/n{self.operands}/{ood}/seed{self.seed}{tags}"
 
 
@@ -107,10 +121,24 @@ def _draws(key: str) -> Iterator[int]:
         counter += 1
 
 
-def _operand(draws: Iterator[int], min_digits: int, max_digits: int) -> int:
+def _operand(draws: Iterator[int], min_digits: int, max_digits: int, by_value: bool) -> int:
+    if by_value:  # every number with min_digits…max_digits digits equally likely
+        low = 0 if min_digits == 1 else 10 ** (min_digits - 1)
+        return low + next(draws) % (10**max_digits - low)
     digits = min_digits + next(draws) % (max_digits - min_digits + 1)
     low = 0 if digits == 1 else 10 ** (digits - 1)
     return low + next(draws) % (10**digits - low)
+
+
+def needs_carry(numbers: list[int]) -> bool:
+    """Whether adding ``numbers`` (non-negative) carries in some column."""
+    carry, rest = 0, list(numbers)
+    while any(rest) or carry:
+        column = carry + sum(n % 10 for n in rest)
+        if column >= 10:
+            return True
+        carry, rest = column // 10, [n // 10 for n in rest]
+    return False
 
 
 def expression(numbers: list[int], operations: list[str]) -> str:
@@ -134,7 +162,7 @@ def evaluate(numbers: list[int], operations: list[str]) -> int:
 
 
 class ArithmeticTask:
-    """Synthetic arithmetic problems; unbounded splits "train", "test", "ood" (``size`` is None)."""
+    """Synthetic arithmetic problems; unbounded splits "train", "dev", "test", "ood" (``size`` is None)."""
 
     splits = SPLITS
 
@@ -162,6 +190,12 @@ class ArithmeticTask:
     def prompt(self, problem: Problem) -> str:
         return FORMATS[self.settings.format].prompt(problem.question)
 
+    def skill(self, problem: Problem) -> str | None:
+        """"carry" or "no-carry" for a problem that only adds; None for any other (see the module docstring)."""
+        if "-" in problem.question or "*" in problem.question:
+            return None
+        return "carry" if needs_carry([int(part) for part in problem.question.split("+")]) else "no-carry"
+
     def parse_answer(self, completion_text: str) -> str | None:
         return FORMATS[self.settings.format].parse_answer(completion_text)
 
@@ -182,20 +216,23 @@ class ArithmeticTask:
                 digits = (s.max_digits + 1, s.max_digits + extra) if extra else (s.min_digits, s.max_digits)
                 return self._candidate(draws, digits, s.operations + s.ood_operations, s.ood_operations)
             numbers, operations = self._candidate(draws, (s.min_digits, s.max_digits), s.operations, "")
-            if self._in_test(numbers, operations) == (split == "test"):
+            if self._split_of(numbers, operations) == split:
                 return numbers, operations
         raise TaskError(f"{self.name}: no {split} problem in {MAX_ATTEMPTS} draws; the problem space is too small")
 
     def _candidate(self, draws: Iterator[int], digits: tuple[int, int], ops: str, must_use: str):
         """Operands with digits in [digits[0], digits[1]], operations from ``ops``, at least one of
         ``must_use`` when it is not empty."""
-        numbers = [_operand(draws, *digits) for _ in range(self.settings.operands)]
+        by_value = self.settings.operand_draw == "value"
+        numbers = [_operand(draws, *digits, by_value) for _ in range(self.settings.operands)]
         operations = [ops[next(draws) % len(ops)] for _ in range(self.settings.operands - 1)]
         if must_use and not set(operations) & set(must_use):
             operations[next(draws) % len(operations)] = must_use[next(draws) % len(must_use)]
         return numbers, operations
 
-    def _in_test(self, numbers: list[int], operations: list[str]) -> bool:
+    def _split_of(self, numbers: list[int], operations: list[str]) -> str:
+        """The split a train/dev/test candidate belongs to (see the module docstring)."""
         text = expression(numbers, operations)
         digest = hashlib.blake2b(f"{self.settings.seed}|{text}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "little") % TEST_SHARE == 0
+        bucket = int.from_bytes(digest, "little") % TEST_SHARE
+        return "test" if bucket == 0 else "dev" if bucket == 1 else "train"

@@ -35,7 +35,7 @@ from typing import Any
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.warmup.train import Progress, WarmupPlan, WarmupResult, supervised_warmup
 
-CODE_VERSION = 1  # bump when train.py or data.py would make other weights from the same recipe
+CODE_VERSION = 2  # bump when train.py or data.py would make other weights from the same recipe
 RECORD_FILE = "warmup.json"
 CACHE_ENV = "FTIS_CACHE"
 
@@ -156,5 +156,7 @@ def _exclusive(lock_path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
 
 
 def _accuracy_line(result: WarmupResult) -> str:
+    stop = ("" if result.dev_accuracy is None
+            else f", stopped after {result.steps_taken} steps at dev {result.dev_accuracy:.1%}")
     return (f"greedy accuracy {result.accuracy_before:.1%} -> {result.accuracy_after:.1%} on "
-            f"{result.eval_problems} held-out problems, {result.train_seconds:.1f} s of training")
+            f"{result.eval_problems} held-out problems, {result.train_seconds:.1f} s of training{stop}")
