@@ -113,13 +113,12 @@ def supervised_control(config, job: Job) -> dict[str, Any]:
 
     from ftis.node.runner.evaluation import evaluate
     from ftis.node.runner.join import build_task
+    from ftis.node.tasks import ArithmeticTask
     from ftis.node.warmup import load_warm_policy, supervised_warmup, warmup_spec
 
     policy = load_warm_policy(config.model, config.task)
     spec = warmup_spec(config.model, config.task)
     plan = replace(spec.plan, steps=job.supervised_control, schedule="constant", stop_accuracy=None)
-    from ftis.node.tasks import ArithmeticTask
-
     supervised_warmup(policy, ArithmeticTask(spec.data), plan, seed=spec.seed + 10_000)
     result = evaluate(policy, build_task(config.task), "test", limit=job.eval_problems,
                       max_new_tokens=config.generation.max_new_tokens, batch_size=256)

@@ -72,3 +72,25 @@ def test_benchmark_rewards_make_every_group_informative(benchmarks):
         for _ in range(50):
             rewards = informative_rewards(rng, size)
             assert rewards.shape == (size,) and set(rewards.tolist()) == {0.0, 1.0}
+
+
+def test_learning_benchmark_sums_seeds_up_as_mean_and_standard_error(benchmarks):
+    learning = benchmarks("learning")
+    assert learning.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1.0 / 3**0.5))
+    assert learning.mean_se([0.4]) == (0.4, 0.0)
+
+    def run(seed, start, end):
+        evaluations = [{"round": 0, "accuracy": start, "standard_error": 0.02, "carry": start - 0.1,
+                        "no-carry": start + 0.1}, {"round": 20, "accuracy": end, "standard_error": 0.02,
+                                                   "carry": end - 0.1, "no-carry": end + 0.1}]
+        return {"node": "small", "seed": seed, "evaluations": evaluations, "own_reward": [0.2] * 10 + [0.3] * 10}
+
+    lines: list[str] = []
+    figures = learning.summarize([run(0, 0.30, 0.45), run(1, 0.32, 0.40)], echo=lines.append)
+    assert figures["small"]["gain"] == pytest.approx(0.115)
+    printed = "\n".join(lines)
+    assert "gain  11.5 ± 3.5  (per seed: +15.0, +8.0)" in printed
+    assert "sampling accuracy per 10 rounds: 20 30" in printed
+    assert "goal ≥ 10 points: met (+11.5)" in printed
+    assert learning.node_config("medium", 2, (("trainer.learning_rate", 3e-4),)).trainer.learning_rate == 3e-4
+    assert learning.node_config("medium", 2).loop.mode == "async"  # alone: it waits for no peer

@@ -81,7 +81,7 @@ def test_a_nodes_config_supplies_the_task_and_eval_settings(tmp_path):
     [
         (["--model", "tiny-small", "--task", "sudoku"], 2, "unknown task 'sudoku'"),
         (["--model", "tiny-small"], 2, "name the task with --task"),
-        (["--model", "tiny-small", "--task", "arithmetic", "--split", "dev"], 2, "no split 'dev'"),
+        (["--model", "tiny-small", "--task", "arithmetic", "--split", "validation"], 2, "no split 'validation'"),
         (["--model", "tiny-small", "--task", "gsm8k", "--data", "{tmp}/missing.jsonl"], 2, "no such data file"),
         (["--model", "tiny-small", "--task", "gsm8k", "--data", "{tmp}/bad.jsonl"], 1, "not JSON"),
         (["--model", "tiny-small", "--task", "arithmetic", "--data", "{tmp}/bad.jsonl"], 2, "does not apply"),

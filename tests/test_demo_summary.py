@@ -9,7 +9,7 @@ from metrics_fakes import AFTER, report
 
 from ftis.node.demo.follow import MetricsFollower, NodeProgress, read_progress
 from ftis.node.demo.plot import moving_average, plot_accuracy
-from ftis.node.demo.summary import SOLO_NOT_RUN, as_json, markdown, rich_table, summarize
+from ftis.node.demo.summary import SOLO_NOT_RUN, as_json, headline, markdown, rich_table, summarize
 from ftis.node.demo.view import LinesView, row, step_line
 from ftis.node.runner.metrics import report_record
 
@@ -74,14 +74,14 @@ def test_markdown_shows_solo_columns_only_when_the_baseline_ran():
     rows = [summarize(progress())]
     without = markdown(rows, solo_ran=False)
     assert "solo end" not in without and SOLO_NOT_RUN in without
-    assert "| small | tiny-small (full) | 3 | 0.300 | 0.450 | +0.150 | 0.367 | 9 | 38% | 1.02 |" in without
+    assert "| small | tiny-small (full) | 3 | 0.300 | 0.450 | +0.150 | 0.367 | - | - | - | 9 | 38% | 1.02 |" in without
     with_solo = markdown([summarize(progress(), solo=progress(accuracies=(0.3, 0.3, 0.2)))], solo_ran=True)
     assert "solo end" in with_solo and SOLO_NOT_RUN not in with_solo
     assert "| 0.200 | 0.267 |" in with_solo
     assert [column.header for column in rich_table(rows, solo_ran=False).columns][:6] == [
         "node", "model", "acc\nstart", "acc\nend", "change", "mean\nacc"]  # traffic is left to summary.md
     assert "of 3 rounds" in rich_table(rows, solo_ran=False).title
-    assert len(rich_table(rows, solo_ran=True).columns) == len(rich_table(rows, solo_ran=False).columns) + 2
+    assert len(rich_table(rows, solo_ran=True).columns) == len(rich_table(rows, solo_ran=False).columns) + 3
     assert as_json(rows, solo_ran=False)["nodes"][0]["change"] == pytest.approx(0.15)
 
 
@@ -131,3 +131,23 @@ def test_sampling_accuracy_is_a_trailing_moving_average():
         record["own_reward"] = reward
         node.add(record)
     assert moving_average(node, window=2) == ([0, 1, 2, 4], [0.0, 0.5, 0.75, 0.375])
+
+
+def test_the_weakest_skill_at_the_start_is_followed_to_the_end_swarm_and_solo():
+    def skilled(name, carry):
+        node = NodeProgress(name, "tiny-medium", "full")
+        for k, (c, n) in enumerate(carry):
+            record = evaluation(k, (c + n) / 2, k) | {"eval_skills": {"carry": c, "no-carry": n},
+                                                     "eval_standard_error": 0.02}
+            node.add(record)
+        return node
+
+    swarm = skilled("medium", [(0.10, 0.70), (0.30, 0.75)])
+    solo = skilled("medium", [(0.10, 0.70), (0.15, 0.80)])
+    summary = summarize(swarm, solo)
+    assert (summary.weakest_skill, summary.skill_start, summary.skill_end, summary.solo_skill_end) == (
+        "carry", 0.10, 0.30, 0.15)
+    assert "| carry | 0.100 | 0.300 | 0.150 |" in markdown([summary], solo_ran=True)
+    line = headline([summary], solo_ran=True)
+    assert "weakest skill" in line and "2.0 points" in line and "alone (solo)" in line
+    assert summarize(progress()).weakest_skill is None  # a task that names no skill: the columns stay empty

@@ -2,6 +2,7 @@
 of synthetic splits, and periodic evaluation in the join loop writing its records to metrics.jsonl."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from ftis.node.models import load_policy
 from ftis.node.runner.evaluation import (
     SYNTHETIC_DEFAULT_LIMIT,
     EvalError,
+    eval_problems,
     evaluate,
     held_out_split,
     problem_indices,
@@ -20,7 +22,7 @@ from ftis.node.runner.periodic_eval import EvalSchedule
 from ftis.node.runner.prompts import prompt_ids
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.tasks import ArithmeticTask, GSM8KTask, Problem
+from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem
 from ftis.node.tasks.base import check_index
 
 MAX_NEW = 6
@@ -205,12 +207,37 @@ def test_an_eval_split_the_task_lacks_stops_the_run_before_any_training(tmp_path
 
     config = NodeConfig.model_validate({
         "generation": {"prompts_per_round": 1, "group_size": 2, "max_new_tokens": 2},
-        "eval": {"every": 1, "split": "dev"},
+        "eval": {"every": 1, "split": "validation"},
         "metrics": {"display": "lines", "tensorboard": False},
     })
     node = _solo_node(config)
-    with pytest.raises(UnknownSplitError, match="no split 'dev'"):
+    with pytest.raises(UnknownSplitError, match="no split 'validation'"):
         run_node(node, rounds=2, out=tmp_path, echo=lambda line: None)
     assert node.round == 0 and node.trainer.policy_version == 0
     with pytest.raises(RuntimeError, match="closed"):
         node.transport.receive()
+
+
+def test_a_small_problem_space_is_scored_once_per_problem():
+    # one-digit addition: 100 pairs, about 10 in the test split; asking for 50 gives each of them once
+    task = ArithmeticTask(ArithmeticSettings(max_digits=1, operations="+"))
+    problems = eval_problems(task, "test", 50)
+    questions = [problem.question for problem in problems]
+    assert len(set(questions)) == len(questions) < 20
+    assert eval_problems(task, "test", 5) == problems[:5]  # a smaller limit is still a prefix
+    wide = ArithmeticTask(ArithmeticSettings(operations="+", operand_draw="value"))
+    assert len({p.question for p in eval_problems(wide, "test", 300)}) == 300
+
+
+def test_accuracy_per_skill_and_the_standard_error(policy, tmp_path):
+    task = ArithmeticTask(ArithmeticSettings(operations="+", operand_draw="value"))
+    result = evaluate(policy, task, "test", limit=40, max_new_tokens=4, keep_records=True)
+    problems = eval_problems(task, "test", 40)
+    carry = sum(task.skill(problem) == "carry" for problem in problems)
+    assert result.by_skill["carry"][1] == carry and result.by_skill["no-carry"][1] == 40 - carry
+    assert sum(right for right, _ in result.by_skill.values()) == result.correct
+    assert result.standard_error == pytest.approx((result.accuracy * (1 - result.accuracy) / 40) ** 0.5)
+    assert math.isnan(result.skill_accuracy("borrow"))
+    rows = tmp_path / "test.jsonl"
+    rows.write_text(json.dumps({"question": "1+1?", "answer": "so #### 2"}) + "\n")
+    assert not evaluate(policy, GSM8KTask(data_files={"test": rows}), "test", max_new_tokens=2).by_skill  # none named

@@ -24,8 +24,8 @@ def test_the_default_grid_has_all_three_kinds_of_heterogeneity():
     specs = list(GRID.models.values())
     assert len({s.name for s in specs}) >= 2  # size
     assert {s.adapter for s in specs} == {"full", "lora"}  # PEFT
-    same_base = [s for s in specs if s.name == specs[0].name and s.adapter == specs[0].adapter]
-    assert len({str(s.warmup.arithmetic) for s in same_base}) >= 2  # specialisation: one base, two data mixes
+    mixes = {(str(s.warmup.arithmetic), s.warmup.no_carry_share) for s in specs}
+    assert len(mixes) >= 2  # specialisation: a model warmed on another data mix (carries left out)
 
 
 def test_quick_and_the_overrides():
@@ -47,11 +47,11 @@ def test_cells_are_seed_major_and_model_seeds_are_paired_across_conditions():
 
 
 def test_node_configs_carry_the_condition():
-    config = GRID.node_config("generalist", "ftis-horizontal", 1, Path("/w/generalist"))
+    config = GRID.node_config("small", "ftis-horizontal", 1, Path("/w/small"))
     assert config.loss.variant == "ftis" and config.loop.grouping == "horizontal" and config.loop.mode == "rounds"
-    assert config.loop.swarm_seed == 1 and config.model.name == "/w/generalist"
+    assert config.loop.swarm_seed == 1 and config.model.name == "/w/small"
     assert config.swarm.run_id == "exp-ftis-horizontal-s1"
-    assert GRID.node_config("large-lora", "nois", 0, Path("m")).model.adapter == "lora"
+    assert GRID.node_config("small-lora", "nois", 0, Path("m")).model.adapter == "lora"
 
 
 def test_fingerprints_ignore_the_seed_count_but_not_the_settings():
@@ -99,6 +99,21 @@ def test_a_minimal_grid_loads(tmp_path):
 def test_bad_grids_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(GridError, match=message):
         load_grid(write(tmp_path, MINIMAL.replace(*change)))
+
+
+def test_conditions_can_be_chosen_and_the_reference_stays():
+    chosen = GRID.adjusted(conditions=["ftis", "nois"])
+    assert list(chosen.conditions) == ["solo", "nois", "ftis"]  # the grid's order; the reference always runs
+    assert chosen.comparisons == [("ftis", "nois")]  # a comparison with a dropped condition goes
+    assert chosen.fingerprint("ftis") == GRID.fingerprint("ftis")  # the same cells as in the whole grid
+    with pytest.raises(GridError, match="no condition sideways"):
+        GRID.adjusted(conditions=["sideways"])
+
+
+def test_a_comparison_must_name_conditions(tmp_path):
+    with pytest.raises(GridError, match="comparisons: nowhere is not a condition"):
+        load_grid(write(tmp_path, MINIMAL.replace('reference = "alone"',
+                                                  'reference = "alone"\ncomparisons = [["together", "nowhere"]]')))
 
 
 def test_an_unreadable_grid_file_is_a_grid_error(tmp_path):

@@ -26,6 +26,7 @@ def node(id_curve, ood_curve, filtered=(0.0, 0.0), trained=(1, 1), weight=(1.0, 
             "id_accuracy": list(id_curve), "ood_accuracy": list(ood_curve),
             "steps": {"own_reward": [0.5] * n, "filtered_fraction": list(filtered),
                       "peer_filtered_fraction": list(filtered), "is_weight_mean": list(weight),
+                      "filtered_advantage_fraction": list(filtered), "filtered_divergence_fraction": [0.0] * n,
                       "truncated_fraction": [0.0] * n, "peer_groups_used": [2.0] * n,
                       "trained": [float(t) for t in trained]}}
 
@@ -109,11 +110,13 @@ def test_the_markdown_shows_the_numbers_and_says_when_it_is_partial():
     text = render(grid, records, "ftis-node experiment --out x")
     assert "`ftis-node experiment --out x`" in text
     assert f"5 of {len(grid.cells())} cells finished (**partial**" in text
-    assert "| solo | generalist | 30.0 ± 10.0 | — | 25.0 ± 0.0 | — | 3 |" in text
-    assert "| ftis | generalist | 45.0 ± 7.1 | +10.0 ± 14.1 | 30.0 ± 7.1 | +5.0 ± 7.1 | 2 |" in text
-    assert "| ftis | 45.0 ± 7.1 | 45.0 ± 7.1 | 0.800 ± 0.000 |" in text  # filtering table
-    assert "| solo | — | — |" in text  # no peers, no peer figures
-    assert "| ftis | generalist | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 ± 0.0 | 2 |" in text  # sampling: 0.5 each round
+    assert "| solo | small | 30.0 ± 10.0 | — | 25.0 ± 0.0 | — | 3 |" in text
+    assert "| ftis | small | 45.0 ± 7.1 | +10.0 ± 14.1 | 30.0 ± 7.1 | +5.0 ± 7.1 | 2 |" in text
+    assert "| ftis | 45.0 ± 7.1 | 45.0 ± 7.1 | 45.0 ± 7.1 | 0.0 ± 0.0 | 0.800 ± 0.000 |" in text  # filtering table
+    assert "| solo | — | — | — | — |" in text  # no peers, no peer figures
+    assert "| ftis | small | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 ± 0.0 | 2 |" in text  # sampling: 0.5 each round
+    # paired by seed: final +20 and +0 points -> +10 ± 10 (standard error), one seed of two ahead
+    assert "| ftis − solo | small | +10.0 ± 10.0 (1/2) | +5.0 ± 5.0 (1/2) | n/a | " in text
     assert "vis |" not in text.split("## In-distribution")[1].split("## Out")[0]  # no vis cells: no vis rows
 
 

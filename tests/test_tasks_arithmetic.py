@@ -10,6 +10,7 @@ import pytest
 from ftis.node.tasks import (
     ArithmeticSettings,
     ArithmeticTask,
+    Problem,
     ProblemIndexError,
     TaskError,
     UnknownSplitError,
@@ -116,7 +117,7 @@ def test_names_spell_the_settings():
 
 def test_splits_are_unbounded_and_checked():
     task = ArithmeticTask()
-    assert task.splits == ("train", "test", "ood")
+    assert task.splits == ("train", "dev", "test", "ood")
     assert task.size("train") is None
     with pytest.raises(UnknownSplitError):
         task.problem("validation", 0)
@@ -176,3 +177,43 @@ def test_tags_format_uses_the_gsm8k_checker():
     assert task.reward(tagged_completion("add", "145"), "144") == 0.0
     assert task.reward("144", "144") == 0.0  # the plain form is malformed here
     assert task.parse_answer(tagged_completion("add", "144")) == "144"
+
+
+def test_dev_is_a_third_split_disjoint_from_train_and_test():
+    task = ArithmeticTask(ArithmeticSettings(operations="+", operand_draw="value"))
+    seen = {split: set(problems(task, split, 400)) for split in ("train", "dev", "test")}
+    assert not seen["dev"] & seen["train"] and not seen["dev"] & seen["test"] and not seen["train"] & seen["test"]
+    assert task.problem("dev", 5) == task.problem("dev", 5)
+
+
+def test_operands_drawn_by_value_make_every_pair_equally_likely():
+    by_length = ArithmeticTask(ArithmeticSettings(operations="+"))
+    by_value = ArithmeticTask(ArithmeticSettings(operations="+", operand_draw="value"))
+    assert by_value.name == "arith/d1-2v/+/n2/ood-d+1/seed0" != by_length.name  # peers with other draws never match
+
+    def one_digit_share(task: ArithmeticTask) -> float:
+        return sum(all(len(n) == 1 for n in operands(q)) for q in problems(task, "train", 2000)) / 2000
+
+    assert one_digit_share(by_length) == pytest.approx(0.25, abs=0.04)  # lengths uniform: a quarter 1+1 digits
+    assert one_digit_share(by_value) == pytest.approx(0.01, abs=0.01)  # values uniform: 100 of 10,000 pairs
+    assert all(0 <= int(n) <= 99 for q in problems(by_value, "train", 500) for n in operands(q))
+    assert all(len(n) == 3 for q in problems(by_value, "ood", 100) for n in operands(q))
+    with pytest.raises(TaskError, match="operand_draw"):
+        ArithmeticSettings(operand_draw="uniform")
+
+
+@pytest.mark.parametrize(("question", "skill"), [
+    ("47+38", "carry"),  # ones column: 7 + 8 = 15
+    ("50+60", "carry"),  # tens column only
+    ("23+45", "no-carry"),
+    ("0+9", "no-carry"),
+    ("99+1", "carry"),
+    ("1+2+3", "no-carry"),
+    ("5+5+0", "carry"),
+    ("47-38", None),  # not an addition: no skill named
+    ("4*3", None),
+])
+def test_skill_says_whether_an_addition_carries(question, skill):
+    task = ArithmeticTask()
+    problem = Problem("d", "test", 0, question, "0")
+    assert task.skill(problem) == skill

@@ -45,6 +45,11 @@ def logits(model: torch.nn.Module) -> torch.Tensor:
     {"plan": replace(SPEC.plan, learning_rate=1e-3)},
     {"plan": replace(SPEC.plan, batch_size=16)},
     {"plan": replace(SPEC.plan, eval_problems=6)},
+    {"plan": replace(SPEC.plan, schedule="constant")},
+    {"plan": replace(SPEC.plan, stop_accuracy=0.3)},
+    {"plan": replace(SPEC.plan, check_every=10)},
+    {"plan": replace(SPEC.plan, no_carry_share=0.5)},
+    {"data": replace(SPEC.data, operand_draw="value")},
 ], ids=lambda change: next(iter(change)))
 def test_any_setting_changes_the_key(change):
     assert cache_key(replace(SPEC, **change)) != cache_key(SPEC)

@@ -1,6 +1,7 @@
 """The supervised warm start: demonstrations the task rewards, a loss on target tokens only (checked
 against a per-token loop), and a short real run on a tiny model that learns one-digit addition."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,7 @@ from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.tasks.arithmetic import FORMATS
 from ftis.node.warmup import WarmupDataError, WarmupPlan, demonstration, greedy_accuracy, supervised_warmup
 from ftis.node.warmup.data import DEMONSTRATIONS, Example, collate, encode_example
-from ftis.node.warmup.train import completion_loss, cosine_lr
+from ftis.node.warmup.train import completion_loss, cosine_lr, learning_rate, training_problems
 
 ONE_DIGIT_ADDITION = ArithmeticSettings(max_digits=1, operations="+")
 
@@ -115,3 +116,51 @@ def test_the_same_seed_gives_the_same_weights_and_another_seed_does_not():
 def test_a_plan_without_steps_is_refused():
     with pytest.raises(ValueError, match="steps"):
         WarmupPlan(steps=0, learning_rate=1e-3, batch_size=8)
+
+
+def test_a_warmup_stops_at_the_first_dev_check_that_reaches_its_accuracy(monkeypatch):
+    from ftis.node.warmup import train
+
+    checks = iter([0.1, 0.2, 0.5, 0.9])
+    seen: list[str] = []
+
+    def fake_accuracy(policy, task, problems, batch_size=256, split="test"):
+        seen.append(split)
+        return next(checks) if split == "dev" else 0.0
+
+    monkeypatch.setattr(train, "greedy_accuracy", fake_accuracy)
+    policy = load_policy("tiny-small", seed=0)
+    plan = WarmupPlan(steps=100, learning_rate=3e-3, batch_size=4, eval_problems=5, schedule="constant",
+                      stop_accuracy=0.4, check_every=2)
+    result = supervised_warmup(policy, ArithmeticTask(ONE_DIGIT_ADDITION), plan, seed=0)
+    assert (result.steps_taken, result.dev_accuracy) == (6, 0.5)  # checks after steps 2, 4, 6: 0.5 >= 0.4
+    assert seen == ["test", "dev", "dev", "dev", "test"]  # test before and after; dev only for the stop
+    full = supervised_warmup(load_policy("tiny-small", seed=0), ArithmeticTask(ONE_DIGIT_ADDITION),
+                             WarmupPlan(steps=3, learning_rate=3e-3, batch_size=4, eval_problems=5), seed=0)
+    assert (full.steps_taken, full.dev_accuracy) == (3, None)  # no stop rule: every step, no dev check
+
+
+def test_the_constant_schedule_keeps_its_rate_and_the_cosine_decays():
+    constant = WarmupPlan(steps=10, learning_rate=1e-3, batch_size=1, schedule="constant")
+    cosine = WarmupPlan(steps=10, learning_rate=1e-3, batch_size=1)
+    assert [learning_rate(constant, step) for step in (0, 5, 9)] == [1e-3] * 3
+    assert learning_rate(cosine, 5) == pytest.approx(5e-4)
+
+
+def test_a_no_carry_share_of_one_draws_only_problems_without_a_carry():
+    task = ArithmeticTask(ArithmeticSettings(operations="+", operand_draw="value"))
+    rng = np.random.default_rng(0)
+    everything = training_problems(task, WarmupPlan(steps=1, learning_rate=1e-3, batch_size=200), rng)
+    assert 0.5 < sum(task.skill(p) == "carry" for p in everything) / 200 < 0.9  # most 2-digit sums carry
+    specialist = training_problems(task, WarmupPlan(steps=1, learning_rate=1e-3, batch_size=200,
+                                                    no_carry_share=1.0), rng)
+    assert all(task.skill(p) == "no-carry" for p in specialist)
+
+
+@pytest.mark.parametrize("settings", [
+    {"schedule": "linear"}, {"stop_accuracy": 0.0}, {"stop_accuracy": 1.5}, {"check_every": 0},
+    {"no_carry_share": 1.1},
+])
+def test_bad_warmup_plans_are_refused(settings):
+    with pytest.raises(ValueError):
+        WarmupPlan(steps=1, learning_rate=1e-3, batch_size=1, **settings)

@@ -132,3 +132,6 @@ def _reap_group(child: Child, echo: Callable[[str], None]) -> None:
     if group_alive(child.pid):
         echo(f"{child.name}: processes left behind by pid {child.pid} (DHT, p2pd) were killed")
         _signal_group(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + _ORPHAN_GRACE_S  # SIGKILL is delivered, not awaited: on a loaded machine
+        while group_alive(child.pid) and time.monotonic() < deadline:  # the process lingers a moment
+            time.sleep(0.05)

@@ -114,6 +114,7 @@ def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callab
         "max_new_tokens": plan.max_new_tokens,
         "batch_size": plan.batch_size,
         **{key: value for key, value in asdict(result).items() if key != "records"},
+        "standard_error": result.standard_error,
     }
     if request.as_json:
         echo(json.dumps(facts, indent=2))
@@ -248,7 +249,8 @@ def _text(facts: dict[str, Any]) -> str:
     rows = [
         ("model", f"{facts['model']} ({facts['adapter']}{version})"),
         ("task", f"{facts['dataset']}, split {facts['split']}: {facts['total']} problems"),
-        ("accuracy", f"{facts['accuracy']:.1%} ({facts['correct']}/{facts['total']})"),
+        ("accuracy", f"{facts['accuracy']:.1%} ± {facts['standard_error']:.1%} ({facts['correct']}/{facts['total']})"),
+        *((skill, f"{right / seen:.1%} ({right}/{seen})") for skill, (right, seen) in facts["by_skill"].items()),
         ("format", f"{facts['format_valid']:.1%} of completions give an answer in the task's format"),
         ("truncated", f"{facts['truncated']:.1%} reached max_new_tokens ({facts['max_new_tokens']})"),
         ("length", f"{facts['mean_completion_tokens']:.1f} tokens per completion"),

@@ -26,9 +26,10 @@ problem set, batch size and device: there is no sampling.
 """
 
 import hashlib
+import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ftis.node.generation.hf import greedy
@@ -103,13 +104,19 @@ def problem_indices(size: int | None, limit: int | None) -> list[int]:
     if size is not None:
         return list(range(size if limit is None else min(limit, size)))
     count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
-    indices: dict[int, None] = {}  # an ordered set: a (vanishingly rare) repeated draw is skipped
-    rank = 0
-    while len(indices) < count:
+    return list(itertools.islice(_hashed_indices(), count))
+
+
+def _hashed_indices() -> Iterator[int]:
+    """Distinct indices below ``_INDEX_SPACE`` from a hash of their rank, endlessly (a repeated draw, vanishingly
+    rare, is skipped)."""
+    seen: set[int] = set()
+    for rank in itertools.count():
         digest = hashlib.blake2b(f"ftis-eval/{rank}".encode(), digest_size=8).digest()
-        indices.setdefault(int.from_bytes(digest, "little") % _INDEX_SPACE)
-        rank += 1
-    return list(indices)
+        index = int.from_bytes(digest, "little") % _INDEX_SPACE
+        if index not in seen:
+            seen.add(index)
+            yield index
 
 
 def _check_limit(limit: int | None) -> None:
@@ -129,7 +136,7 @@ def eval_problems(task: Task, split: str, limit: int | None) -> list[Problem]:
     _check_limit(limit)
     count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
     distinct: dict[str, Problem] = {}
-    for index in problem_indices(None, count * _RANKS_PER_PROBLEM):
+    for index in itertools.islice(_hashed_indices(), count * _RANKS_PER_PROBLEM):
         problem = task.problem(split, index)
         distinct.setdefault(problem.question, problem)
         if len(distinct) == count:
