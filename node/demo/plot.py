@@ -65,11 +65,13 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
 
 def plot_weakest_skill(axes, nodes: Sequence[NodeProgress], solo: Mapping[str, NodeProgress]) -> None:
     """Each node's accuracy on the skill it was worst at in its first evaluation, swarm solid, solo dashed."""
+    named = []
     for index, node in enumerate(nodes):
         if not node.evaluations or not node.evaluations[0].skills:
             continue
         first = node.evaluations[0].skills
         weakest = min(first, key=first.get)
+        named.append(f"{node.name}: {weakest}, {first[weakest]:.0%}")
         colour = f"C{index % 10}"
         for run, style in ((node, "-"), (solo.get(node.name), "--")):
             if run is None or not run.evaluations:
@@ -77,10 +79,9 @@ def plot_weakest_skill(axes, nodes: Sequence[NodeProgress], solo: Mapping[str, N
             points = [(e.round, e.skills[weakest]) for e in run.evaluations if weakest in e.skills]
             axes.plot([r for r, _ in points], [a for _, a in points], linestyle=style,
                       marker="o" if style == "-" else None, markersize=3, color=colour)
-        last = node.evaluations[-1]
-        axes.annotate(f"{node.name}: {weakest}", xy=(last.round, last.skills.get(weakest, 0.0)), fontsize="small",
-                      color=colour)
-    axes.set_title("accuracy on each node's weakest skill at the start (solo dashed)")
+    axes.set_title("accuracy on each node's weakest skill at the start (solo dashed)\n" + "; ".join(named)
+                   + " at the start",
+                   fontsize="medium")
     axes.set_ylabel("accuracy")
 
 

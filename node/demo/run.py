@@ -212,15 +212,16 @@ def _report(out: Path, swarm: list[NodeProgress], solo: Mapping[str, NodeProgres
     from ftis.node.demo.plot import plot_accuracy
 
     rows = [summarize(node, solo.get(node.name)) for node in swarm]
-    echo(headline(rows, solo_ran))
+    text = headline(rows, solo_ran) + "\n\n" + markdown(rows, solo_ran)
     if sys.stdout.isatty():
         from rich.console import Console
 
+        echo(headline(rows, solo_ran))
         Console().print(rich_table(rows, solo_ran))
     else:
-        echo(markdown(rows, solo_ran))
+        echo(text)
     summary = out / "summary.md"
-    summary.write_text(headline(rows, solo_ran) + "\n\n" + markdown(rows, solo_ran), encoding="utf-8")
+    summary.write_text(text, encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(as_json(rows, solo_ran), indent=2) + "\n", encoding="utf-8")
     plot = plot_accuracy(out / "accuracy.png", swarm, solo)
     echo(f"summary: {summary} (and summary.json); plot: {plot}")
