@@ -133,7 +133,7 @@ def test_sampling_accuracy_is_a_trailing_moving_average():
     assert moving_average(node, window=2) == ([0, 1, 2, 4], [0.0, 0.5, 0.75, 0.375])
 
 
-def test_the_weakest_skill_at_the_start_is_followed_to_the_end_swarm_and_solo():
+def test_the_weakest_skill_at_the_start_is_followed_to_the_end_swarm_and_solo(tmp_path):
     def skilled(name, carry):
         node = NodeProgress(name, "tiny-medium", "full")
         for k, (c, n) in enumerate(carry):
@@ -151,3 +151,5 @@ def test_the_weakest_skill_at_the_start_is_followed_to_the_end_swarm_and_solo():
     line = headline([summary], solo_ran=True)
     assert "weakest skill" in line and "2.0 points" in line and "alone (solo)" in line
     assert summarize(progress()).weakest_skill is None  # a task that names no skill: the columns stay empty
+    plot = plot_accuracy(tmp_path / "skills.png", [swarm], {"medium": solo})  # with the weakest-skill panel
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
