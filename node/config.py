@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ftis.protocol.limits import MAX_TEMPERATURE, MIN_TEMPERATURE
+
 if TYPE_CHECKING:
     from ftis.node.loss import LossParams
     from ftis.node.swarm.reputation import ReputationSettings
@@ -217,7 +219,8 @@ class GenerationConfig(_Section):
     group_size: int = Field(
         8, ge=1, le=512, description="G: completions per prompt (horizontal grouping: this node's share, G/k)."
     )
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature (the paper: 1).")
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
+                               description="Sampling temperature (the paper: 1); the protocol carries 0.1 to 10.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper).")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off.")
     max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")

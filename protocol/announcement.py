@@ -26,6 +26,7 @@ from ftis.protocol.limits import (
     MAX_GROUPS,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_SEQ,
     PROTOCOL_VERSION,
     SHA256_BYTES,
 )
@@ -125,7 +126,7 @@ def _descriptor(reader: FieldReader) -> BatchDescriptor:
     if len(sha256) != SHA256_BYTES:
         raise DecodeError(reader.path("sha256"), f"must be {SHA256_BYTES} bytes")
     result = BatchDescriptor(
-        seq=reader.int("seq", 0, _INT64_MAX),
+        seq=reader.int("seq", 0, MAX_SEQ),
         groups=reader.int("groups", 1, MAX_GROUPS),
         tokens=reader.int("tokens", 1, MAX_BATCH_TOKENS),
         bytes=reader.int("bytes", 1, MAX_PAYLOAD_BYTES),

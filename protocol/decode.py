@@ -39,7 +39,10 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
+    MAX_SEQ,
+    MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
+    MIN_TEMPERATURE,
     SUPPORTED_VERSIONS,
 )
 from ftis.protocol.reader import FieldReader
@@ -154,7 +157,7 @@ class _Layout:
 def _batch(body: FieldReader) -> RolloutBatch:
     run_id = body.str("run_id", MAX_NAME_CHARS)
     peer_id = body.str("peer_id", MAX_NAME_CHARS)
-    seq = body.int("seq", 0, _INT64_MAX)
+    seq = body.int("seq", 0, MAX_SEQ)
     created_at = body.float("created_at", 0.0, _MAX_TIME)
     policy = _policy(body.map("policy"))
     tokenizer = _tokenizer(body.map("tokenizer"))
@@ -196,7 +199,7 @@ def _tokenizer(reader: FieldReader) -> TokenizerInfo:
 
 def _sampling(reader: FieldReader) -> SamplingSettings:
     result = SamplingSettings(
-        temperature=reader.float("temperature", 1e-6, 1e3),
+        temperature=reader.float("temperature", MIN_TEMPERATURE, MAX_TEMPERATURE),
         top_p=reader.float("top_p", 1e-9, 1.0),
         top_k=reader.int("top_k", 0, MAX_VOCAB_SIZE),
         max_new_tokens=reader.int("max_new_tokens", 1, MAX_COMPLETION_TOKENS),

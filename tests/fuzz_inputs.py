@@ -44,6 +44,7 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
+    MAX_SEQ,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
 )
@@ -93,7 +94,7 @@ def _at_the_limits() -> RolloutBatch:
     MAX_ANSWER_CHARS 4-byte characters (exactly msgpack's string limit), empty revision, split and
     answer, completions of up to max_new_tokens, and the top sequence number and task index."""
     batch = seed_batch(vocab_size=1 << 16, prompt_lengths=(3, 1), group_sizes=(1, 16), max_new_tokens=4,
-                       adapter="full", seq=INT64_MAX, created_at=0.0, run_id="🙂" * MAX_NAME_CHARS)
+                       adapter="full", seq=MAX_SEQ, created_at=0.0, run_id="🙂" * MAX_NAME_CHARS)
     long_answer = batch.groups[0].replace(
         group_id="é" * MAX_NAME_CHARS, task=TaskRef("d" * MAX_NAME_CHARS, "", INT64_MAX, "🙂" * MAX_ANSWER_CHARS))
     empty_answer = batch.groups[1].replace(task=TaskRef("arith", "s" * MAX_NAME_CHARS, 0, ""))
@@ -137,7 +138,7 @@ def seed_announcement(count: int = 3, **fields: Any) -> Announcement:
 def announcement_seeds() -> dict[str, bytes]:
     at_limits = seed_announcement(0, run_id="r" * MAX_NAME_CHARS, peer_id="p" * MAX_NAME_CHARS, adapter="full",
                                   policy_version=INT64_MAX, published_batches=INT64_MAX, updated_at=0.0)
-    extreme = BatchDescriptor(seq=INT64_MAX, groups=MAX_GROUPS, tokens=MAX_BATCH_TOKENS, bytes=MAX_PAYLOAD_BYTES,
+    extreme = BatchDescriptor(seq=MAX_SEQ, groups=MAX_GROUPS, tokens=MAX_BATCH_TOKENS, bytes=MAX_PAYLOAD_BYTES,
                               sha256=b"\xff" * 32, policy_version=INT64_MAX, created_at=1e11)
     full = seed_announcement(MAX_ANNOUNCED_BATCHES - 1)
     return {

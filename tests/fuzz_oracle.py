@@ -46,8 +46,11 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
+    MAX_SEQ,
+    MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
+    MIN_TEMPERATURE,
     SHA256_BYTES,
 )
 
@@ -91,7 +94,7 @@ def check_batch(batch: RolloutBatch, data: bytes) -> None:
     expect(len(data) <= MAX_PAYLOAD_BYTES, f"accepted a payload of {len(data)} bytes")
     _name(batch.run_id, "run_id")
     _name(batch.peer_id, "peer_id")
-    _int(batch.seq, 0, INT64_MAX, "seq")
+    _int(batch.seq, 0, MAX_SEQ, "seq")
     _number(batch.created_at, 0.0, math.inf, "created_at")
     policy, tokenizer, sampling = batch.policy, batch.tokenizer, batch.sampling
     _name(policy.model, "policy.model")
@@ -100,8 +103,7 @@ def check_batch(batch: RolloutBatch, data: bytes) -> None:
     _int(policy.policy_version, 0, INT64_MAX, "policy.policy_version")
     _name(tokenizer.fingerprint, "tokenizer.fingerprint")
     _int(tokenizer.vocab_size, 1, MAX_VOCAB_SIZE, "tokenizer.vocab_size")
-    _number(sampling.temperature, 0.0, math.inf, "sampling.temperature")
-    expect(sampling.temperature > 0, "sampling.temperature must be positive")
+    _number(sampling.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE, "sampling.temperature")
     _number(sampling.top_p, 0.0, 1.0, "sampling.top_p")
     expect(sampling.top_p > 0, "sampling.top_p must be positive")
     _int(sampling.top_k, 0, MAX_VOCAB_SIZE, "sampling.top_k")
@@ -167,7 +169,7 @@ def check_announcement(announcement: Announcement, data: bytes) -> None:
     _int(len(announcement.batches), 0, MAX_ANNOUNCED_BATCHES, "batches listed")
     for i, d in enumerate(announcement.batches):
         at = f"batches[{i}]"
-        _int(d.seq, 0, INT64_MAX, f"{at}.seq")
+        _int(d.seq, 0, MAX_SEQ, f"{at}.seq")
         _int(d.groups, 1, MAX_GROUPS, f"{at}.groups")
         _int(d.tokens, 1, MAX_BATCH_TOKENS, f"{at}.tokens")
         _int(d.bytes, 1, MAX_PAYLOAD_BYTES, f"{at}.bytes")

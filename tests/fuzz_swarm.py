@@ -34,7 +34,7 @@ from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
 from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected, open_payload
 from ftis.protocol import DecodeError, encode
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
-from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES, MAX_SEQ
 
 INT64_MAX = (1 << 63) - 1
 RUN_ID, TOKENIZER = "run-1", "sha256:abc"  # what ``seed_batch`` and ``seed_announcement`` carry
@@ -172,7 +172,7 @@ class InboxFuzz:
     def _descriptor(self, rng: random.Random, peer: str) -> BatchDescriptor:
         """A descriptor that ``decode_announcement`` accepts: an honest one with real bytes, or values at
         the edges of what it allows (as a hostile peer would sign them)."""
-        seq = rng.choice([rng.randrange(20), rng.randrange(20), INT64_MAX, rng.randrange(INT64_MAX)])
+        seq = rng.choice([rng.randrange(20), rng.randrange(20), MAX_SEQ, rng.randrange(MAX_SEQ)])
         if rng.random() < 0.5:
             created_at = float(int(self.clock.now) - rng.choice([0, 10, 30]))
             return self._honest(peer, seq, created_at)[0]

@@ -45,6 +45,7 @@ from ftis.node.swarm.inbox import (
     DECODE_ERROR,
     FETCH_FAILED,
     NOT_AS_ANNOUNCED,
+    PROMPT_MISMATCH,
     STALE,
     TOKENIZER,
     TOO_LARGE,
@@ -63,6 +64,7 @@ from ftis.protocol import (
     TokenizerInfo,
     encode,
 )
+from ftis.protocol.announcement import encode_announcement
 from ftis.protocol.limits import (
     LOGPROB_STEP,
     MAX_ANNOUNCED_BATCHES,
@@ -194,17 +196,19 @@ def model_logprobs(node: Node, group: Group) -> list[np.ndarray]:
 
 
 def digit_group(group_id: str, index: int, texts=TEXTS, *, logprobs: Callable[[Group], list[np.ndarray]] | float,
-                claimed: list[float] | None = None, ids: list[list[int]] | None = None) -> Group:
-    """A group for problem ``index`` of the digit task; ``logprobs`` is one value for every token or a
-    function of the group (with zeros); ``claimed``: the rewards the generator says it gave."""
-    problem = TASK.problem("train", index)
-    prompt = prompt_ids(TOKENIZER_, TASK.prompt(problem), chat=False)
+                claimed: list[float] | None = None, ids: list[list[int]] | None = None, split: str = "train",
+                prompt: str | None = None) -> Group:
+    """A group for problem ``index`` of the digit task's ``split``; ``logprobs`` is one value for every token or a
+    function of the group (with zeros); ``claimed``: the rewards the generator says it gave; ``prompt``: the
+    text in front of the completions (default: the problem's own prompt)."""
+    problem = TASK.problem(split, index)
+    prompt = prompt_ids(TOKENIZER_, TASK.prompt(problem) if prompt is None else prompt, chat=False)
     ids = ids if ids is not None else [TOKENIZER_.encode(text) for text in texts]
     claimed = claimed if claimed is not None else [0.0] * len(ids)
 
     def build(values: list[np.ndarray]) -> Group:
         completions = tuple(Completion(np.array(t), v, r, "stop") for t, v, r in zip(ids, values, claimed, strict=True))
-        return Group(group_id, TaskRef(TASK.name, "train", index, problem.answer), prompt, completions)
+        return Group(group_id, TaskRef(TASK.name, split, index, problem.answer), prompt, completions)
 
     if callable(logprobs):
         return build(logprobs(build([np.zeros(len(t)) for t in ids])))
@@ -595,3 +599,58 @@ def test_a_stalled_fetch_costs_one_deadline_per_attempt_while_the_node_trains_on
     assert RETRY_BACKOFF_S <= second - first < FETCH_TIMEOUT_S + RETRY_BACKOFF_S + 2.0
     assert failed_at - first >= FETCH_TIMEOUT_S + RETRY_BACKOFF_S
     assert failed_at - second < FETCH_TIMEOUT_S + 2.0
+
+
+# --- 9. a prompt that is not its problem's, a problem of the held-out split -----------------------------
+
+
+def test_groups_are_trained_on_only_with_their_own_problems_prompt_from_the_training_split(world):
+    # The node scores a group with the gold answer of the problem it names, so a prompt in front of it that is
+    # not that problem's would teach the node that answer for a question it never asked; a problem of the
+    # held-out split would train it on its own evaluation set.
+    honest, mallory = world.honest, world.mallory
+    own_logprobs = lambda g: model_logprobs(honest.node, g)  # noqa: E731 - passes the filter
+    fair = digit_group("fair", 3, logprobs=own_logprobs)
+    swapped = digit_group("swapped", 3, logprobs=own_logprobs, prompt="say 8, then say 3:")
+    held_out = digit_group("held-out", 3, logprobs=own_logprobs, split="test")
+    before = honest.rejections(mallory.peer_id)
+    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+                                                            groups=(fair, swapped, held_out))))
+    assert len(received.groups) == 3  # all three arrived, valid on the wire
+    assert [g.group_id for g in honest.trained[-1] if g.peer_id == mallory.peer_id] == ["fair"]
+    assert report.unusable_groups == 2 and report.peer_groups_received == 1
+    assert delta(honest.rejections(mallory.peer_id), before) == {PROMPT_MISMATCH: 1}  # charged once for the batch
+    assert honest.peer.transport.scores()[mallory.peer_id].bad > 0
+
+    # The chat-template form of a problem's prompt is as good as the raw one (peers may choose either): the
+    # tiny tokenizer has no template, so its only form is the raw text; a re-encoding of that text is accepted.
+    again = digit_group("again", 4, logprobs=own_logprobs, prompt=TASK.prompt(TASK.problem("train", 4)))
+    report, _ = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+                                                     groups=(again,))))
+    assert report.unusable_groups == 0 and report.peer_groups_received == 1
+
+
+# --- 10. a ghost member: an announcement that never goes away ---------------------------------------------
+
+
+def test_announcements_dated_ahead_or_outliving_their_ttl_are_refused(world):
+    # A member that lists no batch stays "live" for as long as its record says; rounds-mode nodes would wait
+    # for it every round. Dated far ahead, or stored to expire a year from now: refused, and charged.
+    honest, mallory = world.honest, world.mallory
+    transport = honest.peer.transport
+
+    def members() -> set[str]:
+        return {member.peer_id for member in transport.members()}
+
+    mallory.store(encode_announcement(mallory.announcement()))
+    world.swarm.wait_until(lambda: mallory.peer_id in members(), "mallory is a member")
+    for what, record, lasting_s in [
+        ("dated ahead", encode_announcement(mallory.announcement(batches=(), updated_at=1e11)), None),
+        # the last case: its expiration stays the latest this peer stored, so no later test could store again
+        ("stored for a year", encode_announcement(mallory.announcement(batches=())), 365 * 86400.0),
+    ]:
+        before = honest.rejections(mallory.peer_id)
+        mallory.store(record, lasting_s=lasting_s)
+        world.swarm.wait_until(lambda before=before: delta(honest.rejections(mallory.peer_id), before), what)
+        assert delta(honest.rejections(mallory.peer_id), before) == {BAD_ANNOUNCEMENT: 1}, what
+        world.swarm.wait_until(lambda: mallory.peer_id not in members(), f"{what}: mallory is no member")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, compute_loss
+from ftis.node.loss.terms import MAX_LOG_RATIO
 
 VARIANTS = ["nois", "vis", "tis", "ftis", "fvis"]
 METRIC_NAMES = [
@@ -270,3 +271,25 @@ def test_kept_completion_with_absurd_sampler_logprob_has_finite_gradient(variant
     assert torch.isfinite(out.loss)
     assert torch.isfinite(logprobs.grad).all()
     assert torch.equal(logprobs.grad[0], torch.zeros(3))
+
+
+# --- an absurd sampler log-prob under the ratio to π_gen ----------------------------------------------
+
+
+@pytest.mark.parametrize(("variant", "rule"), [("vis", "or"), ("fvis", "and")])
+def test_an_absurd_sampler_logprob_leaves_the_loss_and_gradient_finite(variant, rule) -> None:
+    # A peer claims log-prob -120 for a token this node finds likely: R = π_θ / π_gen = e^119 overflows float32.
+    # With Â < 0 no PPO clip bounds R from above, and neither variant drops the completion here (vis has no
+    # filter; "and" needs D > g too), so the surrogate caps log R at MAX_LOG_RATIO: flat beyond, finite.
+    logprobs = torch.tensor([[-1.0, -0.5], [-1.0, -0.5]])
+    sampler = torch.tensor([[-1.0, -120.0], [-1.0, -0.5]])
+    inputs = make_inputs(logprobs, logprobs, sampler, torch.ones(2, 2, dtype=torch.bool), [0.0, 1.0], [0, 0],
+                         off_policy=[True, False])
+    params = LossParams(filter_rule=rule, divergence_threshold=math.inf)  # nothing is divergence-filtered
+    out, grad = loss_and_grad(variant, inputs, params)
+    assert math.isfinite(float(out.loss.detach())) and torch.isfinite(grad).all()
+    assert float(out.metrics.is_weight_max) == pytest.approx(math.exp(MAX_LOG_RATIO), rel=1e-5)
+    # The capped token is flat (no gradient); its neighbour, at R = 1, has the usual one: -(1/N)(1/|a|) Â.
+    advantage = -0.5 / (math.sqrt(0.5) + 1e-6)  # (0 - 0.5) / the sample std of [0, 1]
+    assert float(grad[0, 1]) == 0.0
+    assert float(grad[0, 0]) == pytest.approx(-(1 / 2) * (1 / 2) * advantage, rel=1e-5)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, compute_loss
+from ftis.node.loss.terms import MAX_LOG_RATIO
 
 VARIANTS = ["nois", "vis", "tis", "ftis", "fvis"]
 STD_EPS = 1e-6
@@ -79,12 +80,14 @@ def naive_loss(variant: str, inputs: LossInputs, params: LossParams) -> Naive:
         sequence = torch.zeros((), dtype=torch.float64)
         for t in tokens[i]:
             logprob = inputs.logprobs[i, t].double()
+            base = sampler[i][t] if variant in ("vis", "fvis") else old[i][t]
+            # R_t = exp(logprob - base), capped at exp(MAX_LOG_RATIO) where no PPO clip bounds it (Â < 0)
+            uncapped = logprob - base
+            ratio = torch.exp(uncapped.clamp(max=MAX_LOG_RATIO) if advantage[i] < 0 else uncapped)
             if variant in ("vis", "fvis"):
-                ratio = torch.exp(logprob - sampler[i][t])
                 w = 1.0
-                weights.append(float(ratio.detach()))
+                weights.append(math.exp(min(float(uncapped.detach()), MAX_LOG_RATIO)))
             else:
-                ratio = torch.exp(logprob - old[i][t])
                 w = 1.0
                 if variant in ("tis", "ftis"):
                     raw = math.exp(old[i][t] - sampler[i][t])

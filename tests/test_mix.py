@@ -6,11 +6,12 @@ from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.mix import Candidate, select_peer_groups
 from ftis.protocol.schema import CompletionColumns
 
-COLUMNS = CompletionColumns(np.array([1]), np.array([-0.1], np.float32), np.array([1]), np.zeros(1), ("stop",))
+COLUMNS = CompletionColumns(np.array([1, 2]), np.array([-0.1, -0.2], np.float32), np.array([1, 1]), np.zeros(2),
+                            ("stop", "stop"))
 
 
-def candidate(peer: str, created_at: float) -> Candidate:
-    group = TrainingGroup(f"{peer}-{created_at}", peer, np.array([1]), COLUMNS, np.array([1.0]), True, 1.0)
+def candidate(peer: str, created_at: float, rewards: tuple[float, float] = (1.0, 0.0)) -> Candidate:
+    group = TrainingGroup(f"{peer}-{created_at}", peer, np.array([1]), COLUMNS, np.array(rewards), True, 1.0)
     return Candidate(group, created_at)
 
 
@@ -32,3 +33,14 @@ def test_limit_and_fewer_candidates():
     assert len(select_peer_groups(candidates, limit=10)) == 2
     assert select_peer_groups([], limit=3) == []
     assert select_peer_groups(candidates, limit=0) == []
+
+
+def test_groups_without_reward_variance_take_no_place():
+    # Four fresh groups that teach nothing (all correct) and four older ones that do: with room for four, the
+    # informative ones are chosen, however fresh the others are.
+    flat = [candidate("a", 10.0 + t, rewards=(1.0, 1.0)) for t in range(4)]
+    informative = [candidate("a", float(t)) for t in range(4)]
+    assert names(select_peer_groups([*flat, *informative], limit=4)) == ["a-3.0", "a-2.0", "a-1.0", "a-0.0"]
+    # In horizontal grouping a group is judged with the other nodes' groups of its prompt: all stay candidates.
+    assert names(select_peer_groups([*flat, *informative], limit=4, vertical=False)) == [
+        "a-13.0", "a-12.0", "a-11.0", "a-10.0"]

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from ftis.node.models import load_policy
-from ftis.node.runner.prompts import ChatTemplateError, prompt_ids, uses_chat_template
+from ftis.node.runner.prompts import ChatTemplateError, prompt_ids, renderings, uses_chat_template
 
 TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
@@ -51,3 +51,12 @@ def test_setting_without_a_template(tokenizer):
 def test_empty_prompt_is_refused(tokenizer):
     with pytest.raises(ValueError, match="empty"):
         prompt_ids(tokenizer, "", chat=False)
+
+
+def test_renderings_are_the_raw_form_and_the_template_form_where_there_is_one(tokenizer, chat_tokenizer):
+    # What a receiver accepts as the prompt of one of its problems: peers with its tokenizer may use either form.
+    [raw] = renderings(tokenizer, "2+3=")
+    assert raw.tolist() == prompt_ids(tokenizer, "2+3=", chat=False).tolist()
+    plain, templated = renderings(chat_tokenizer, "2+3=")
+    assert plain.tolist() == raw.tolist()
+    assert templated.tolist() == prompt_ids(chat_tokenizer, "2+3=", chat=True).tolist() != raw.tolist()

@@ -42,8 +42,11 @@ from ftis.protocol.limits import (
     MAX_MAP_ENTRIES,
     MAX_NAME_CHARS,
     MAX_PROMPT_TOKENS,
+    MAX_SEQ,
+    MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
+    MIN_TEMPERATURE,
 )
 
 decode_module = importlib.import_module("ftis.protocol.decode")  # the package's ``decode`` is the function
@@ -506,6 +509,13 @@ OUT_OF_RANGE = [
     ("body.policy.adapter", "", "body.policy.adapter"),
     ("body.policy.policy_version", -3, "body.policy.policy_version"),
     ("body.sampling.temperature", 0.0, "body.sampling.temperature"),
+    # A claim of T = 1e-6 would make the receiver divide its logits by it (they are computed at the sampler's T).
+    ("body.sampling.temperature", 1e-6, "body.sampling.temperature"),
+    ("body.sampling.temperature", MIN_TEMPERATURE * 0.999, "body.sampling.temperature"),
+    ("body.sampling.temperature", MAX_TEMPERATURE * 1.001, "body.sampling.temperature"),
+    # A sequence number the publisher's next round could not encode (a node jumping to it stopped for good).
+    ("body.seq", MAX_SEQ + 1, "body.seq"),
+    ("body.seq", 2**63 - 1, "body.seq"),
     ("body.sampling.temperature", math.nan, "body.sampling.temperature"),
     ("body.sampling.top_p", 1.5, "body.sampling.top_p"),
     ("body.sampling.top_p", 0, "body.sampling.top_p"),

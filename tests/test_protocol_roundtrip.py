@@ -33,8 +33,11 @@ from ftis.protocol.limits import (
     LOGPROB_STEP,
     MAX_COMPLETION_TOKENS,
     MAX_NAME_CHARS,
+    MAX_SEQ,
+    MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
+    MIN_TEMPERATURE,
 )
 
 MAX_ERROR = LOGPROB_STEP / 2  # 2^-10 ≈ 9.8e-4
@@ -112,7 +115,7 @@ def batches(draw) -> RolloutBatch:
     return RolloutBatch(
         run_id=draw(st.text(min_size=1, max_size=MAX_NAME_CHARS)),
         peer_id=draw(names),
-        seq=draw(st.integers(0, 2**63 - 1)),
+        seq=draw(st.integers(0, MAX_SEQ)),
         created_at=draw(st.floats(0, 1e11)),
         policy=PolicyInfo(
             model=draw(names),
@@ -122,7 +125,7 @@ def batches(draw) -> RolloutBatch:
         ),
         tokenizer=TokenizerInfo(draw(names), vocab_size),
         sampling=SamplingSettings(
-            temperature=draw(st.floats(1e-6, 1e3)),
+            temperature=draw(st.floats(MIN_TEMPERATURE, MAX_TEMPERATURE)),
             top_p=draw(st.floats(1e-9, 1.0)),
             top_k=draw(st.integers(0, vocab_size)),
             max_new_tokens=draw(st.integers(longest, MAX_COMPLETION_TOKENS)),

@@ -12,7 +12,9 @@ from node_helpers import make_node
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.models import load_policy
-from ftis.node.swarm.inbox import MUTED
+from ftis.node.runner.display import summary_line
+from ftis.node.runner.metrics import report_record
+from ftis.node.swarm.inbox import MUTED, NONFINITE
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.swarm.transport import Transport
 from ftis.node.trainer.groups import TrainingGroup
@@ -20,6 +22,7 @@ from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import pack
 from ftis.node.trainer.trainer import PeerFiltered, Trainer
 from ftis.protocol import RolloutBatch
+from ftis.protocol.limits import MIN_LOGPROB
 from ftis.protocol.schema import CompletionColumns
 
 
@@ -91,3 +94,41 @@ def test_a_node_mutes_a_peer_with_made_up_logprobs_and_keeps_an_honest_peers_sco
     # muted: its later batches are refused unfetched, and no group of it is trained on any more
     assert reports[-1].transport.rejections[("forger", MUTED)] >= 1
     assert "forger" not in reports[-1].peer_groups_by_peer and reports[-1].peer_groups_by_peer["honest"] > 0
+
+
+class Claims:
+    """A node's transport that publishes its batches claiming ``logprob`` on every token."""
+
+    def __init__(self, inner: Transport, logprob: float):
+        self._inner, self._logprob = inner, logprob
+
+    def publish(self, batch: RolloutBatch):
+        groups = tuple(g.replace(completions=tuple(
+            replace(c, sampler_logprobs=np.full_like(c.sampler_logprobs, self._logprob)) for c in g.completions))
+            for g in batch.groups)
+        return self._inner.publish(replace(batch, groups=groups))
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def test_a_step_its_peer_makes_not_finite_is_refused_the_peer_charged_and_the_node_goes_on():
+    # C = ∞ (no truncation): the wire's lowest log-prob makes the TIS weight overflow, so the step is refused.
+    hub = MemoryHub()
+    settings = dict(loss={"variant": "tis", "clip_c": float("inf")}, trainer={"learning_rate": 1e-3})
+    receiver = make_node(hub, "receiver", **settings)
+    mallory = make_node(hub, "mallory", seed=1, **settings)
+    mallory.transport = Claims(mallory.transport, MIN_LOGPROB)
+    weights = [p.detach().clone() for p in receiver.policy.model.parameters()]
+    mallory.run_round()
+    refused = receiver.run_round()
+    assert refused.step.refused and refused.step.nonfinite_peers == ["mallory"]
+    assert refused.transport.rejections[("mallory", NONFINITE)] == 1 and refused.scores["mallory"].bad > 0
+    assert all(torch.equal(a, b) for a, b in zip(weights, receiver.policy.model.parameters(), strict=True))
+    assert receiver.trainer.policy_version == 0
+    record = report_record(refused)
+    assert record["train_refused"] and record["train_nonfinite_peers"] == ["mallory"]
+    assert "STEP REFUSED" in summary_line(record)
+    after = receiver.run_round()  # nothing of mallory's waits: the node trains on its own groups again
+    assert after.step.trained and receiver.trainer.policy_version == 1
+    assert all(torch.isfinite(p).all() for p in receiver.policy.model.parameters())

@@ -1,10 +1,17 @@
 """The loop's two modes over the in-memory transport: ``async`` never waits; ``rounds`` waits up to its
 deadline for each live peer's batch of the round, counts the peers that missed it, and falls into
-step with peers that are ahead."""
+step with peers that are ahead — with the majority of them, not with one peer's claim — and stops
+waiting for a peer that keeps missing rounds."""
+
+import time
 
 from node_helpers import make_node
 
+from ftis.node.runner.node import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
+from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub
+from ftis.protocol.announcement import Announcement, encode_announcement
+from ftis.protocol.limits import MAX_SEQ
 
 DEADLINE = 0.4
 
@@ -88,3 +95,52 @@ def test_rounds_mode_does_not_wait_for_a_muted_peer():
     assert node.transport.scores()["peer"].muted_until is not None
     report = node.run_round()  # the muted peer has not published round 1: nobody to wait for
     assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0
+
+
+SMALL = {"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3}
+
+
+def test_one_peers_claim_of_a_far_round_moves_no_node_that_has_other_peers():
+    # Mallory's batch says round 2**40 - 1; the honest peer is at round 3. The node follows the majority of
+    # its live peers (both must have reached a round), so it jumps to 3, and keeps publishing after it.
+    hub = MemoryHub()
+    honest = make_node(hub, "honest", generation=SMALL)
+    mallory = make_node(hub, "mallory", generation=SMALL)
+    node = rounds_node(hub, "node")
+    honest.round, mallory.round = 3, MAX_SEQ
+    honest.run_round()
+    mallory.run_round()
+    node.run_round()
+    assert node.round == 3
+    for _ in range(2):
+        honest.run_round()
+        node.run_round()
+    assert node.round == 5 and node.transport.stats().published_batches == 3
+
+
+def test_a_lone_peers_claim_moves_a_node_only_as_far_as_it_can_still_publish():
+    hub = MemoryHub()
+    mallory = make_node(hub, "mallory", generation=SMALL)
+    node = rounds_node(hub, "node")
+    mallory.round = MAX_SEQ
+    mallory.run_round()
+    node.run_round()
+    assert node.round == MAX_JUMP_ROUND
+    node.run_round()  # the round after the jump encodes and publishes
+    assert node.transport.stats().published_batches == 2 and node.round == MAX_JUMP_ROUND + 1
+
+
+def test_a_ghost_member_costs_a_few_deadlines_and_is_charged_for_each():
+    # Announced with no batch, refreshed forever: the node waits for it, charges it each missed deadline,
+    # and after MISSED_ROUNDS_IGNORED of them no longer waits, until it delivers a batch again.
+    hub = MemoryHub()
+    node = rounds_node(hub, "node")
+    ghost = Announcement(run_id=node.config.swarm.run_id, peer_id="ghost", model="m", adapter="full",
+                         tokenizer=node.policy.fingerprint, policy_version=0, published_batches=0,
+                         published_tokens=0, updated_at=time.time(), batches=())
+    hub.put_raw_announcement("ghost", encode_announcement(ghost))
+    waits = [node.run_round().waited_seconds for _ in range(MISSED_ROUNDS_IGNORED + 2)]
+    assert all(wait >= DEADLINE for wait in waits[:MISSED_ROUNDS_IGNORED]), waits
+    assert all(wait < DEADLINE / 2 for wait in waits[MISSED_ROUNDS_IGNORED:]), waits
+    assert node.transport.stats().rejections[("ghost", MISSED_ROUND)] == MISSED_ROUNDS_IGNORED
+    assert node.transport.scores()["ghost"].bad > 0

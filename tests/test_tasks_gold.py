@@ -21,8 +21,9 @@ def gsm8k() -> GSM8KTask:
 @pytest.mark.parametrize("trust", [False, True])
 def test_own_copy_is_preferred_over_the_batch(gsm8k, trust):
     # The peer claims 999 for problem 0; our copy says 18, and ours wins whether or not peers are trusted.
-    assert resolve_gold(gsm8k, "gsm8k", "test", 0, "999", trust) == Gold("18", "own", agrees_with_batch=False)
-    assert resolve_gold(gsm8k, "gsm8k", "test", 0, " 18 ", trust) == Gold("18", "own", agrees_with_batch=True)
+    problem = gsm8k.problem("test", 0)  # returned too: the receiver checks the group's prompt against it
+    assert resolve_gold(gsm8k, "gsm8k", "test", 0, "999", trust) == Gold("18", "own", False, problem)
+    assert resolve_gold(gsm8k, "gsm8k", "test", 0, " 18 ", trust) == Gold("18", "own", True, problem)
 
 
 @pytest.mark.parametrize(
@@ -48,7 +49,8 @@ def test_synthetic_tasks_match_only_with_the_same_settings():
     same = ArithmeticTask(ArithmeticSettings(max_digits=2, seed=0))
     other = ArithmeticTask(ArithmeticSettings(max_digits=3, seed=0))
     theirs = same.problem("train", 7)
-    assert resolve_gold(ours, theirs.dataset, "train", 7, theirs.answer, False) == Gold(theirs.answer, "own", True)
+    assert resolve_gold(ours, theirs.dataset, "train", 7, theirs.answer, False) == Gold(
+        theirs.answer, "own", True, theirs)
     # A peer with other settings: its (split, index) names a different problem, so no own copy.
     foreign = other.problem("train", 7)
     assert gold_answer(ours, foreign.dataset, "train", 7, foreign.answer, trust_peer_answers=False) is None

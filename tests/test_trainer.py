@@ -2,6 +2,9 @@
 does not change the gradient, a step trains (full or LoRA) and reports its metrics, and groups with
 equal rewards cost nothing."""
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +15,7 @@ from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import micro_batches, pack
 from ftis.node.trainer.trainer import Trainer
+from ftis.protocol.limits import MIN_LOGPROB
 from ftis.protocol.schema import CompletionColumns
 
 VOCAB = 40
@@ -147,3 +151,49 @@ def test_a_lora_step_changes_only_the_adapter():
     changed = {name for name, p in model.named_parameters() if not torch.equal(before[name], p)}
     assert changed and all("lora_" in name for name in changed)
     assert any("lora_A" in name for name in changed) and any("lora_B" in name for name in changed)
+
+
+def claiming(group: TrainingGroup, peer_id: str, logprob: float) -> TrainingGroup:
+    """``group`` as ``peer_id`` sent it, claiming ``logprob`` for every sampled token."""
+    columns = dataclasses.replace(group.completions,
+                                  sampler_logprobs=np.full_like(group.completions.sampler_logprobs, logprob))
+    return dataclasses.replace(group, peer_id=peer_id, completions=columns)
+
+
+def test_an_absurd_sampler_logprob_under_vis_leaves_every_weight_finite():
+    # The wire's lowest log-prob on a peer's tokens: under vis the ratio π_θ / π_gen is e^32000, unbounded by
+    # the PPO clip wherever Â < 0; the surrogate caps it (loss/terms.py), so the step is taken and finite.
+    model = tiny_model()
+    trainer = Trainer(model, "full", LossConfig(variant="vis"), TrainerConfig(learning_rate=1e-3))
+    rng = np.random.default_rng(5)
+    groups = [make_group(rng, "own", [1.0, 0.0, 1.0, 0.0]),
+              claiming(make_group(rng, "peer", [0.0, 1.0, 0.0, 0.0], off_policy=True), "mallory", MIN_LOGPROB)]
+    metrics = trainer.step(groups)
+    assert metrics.trained and not metrics.refused and np.isfinite(metrics.loss) and np.isfinite(metrics.grad_norm)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_step_that_is_not_finite_is_refused_and_its_culprit_named():
+    # With C = ∞ (no truncation, a setting the node accepts) the TIS weight exp(old - sampler) of a claim of
+    # the wire's lowest log-prob overflows: the loss is not finite. Nothing may change but a counter.
+    model = tiny_model()
+    loss = LossConfig(variant="tis", clip_c=float("inf"))
+    trainer = Trainer(model, "full", loss, TrainerConfig(learning_rate=1e-3))
+    rng = np.random.default_rng(6)
+    own = make_group(rng, "own", [1.0, 0.0, 1.0, 0.0])
+    bob = claiming(make_group(rng, "bob", [0.0, 1.0, 1.0, 0.0], off_policy=True), "bob", -1.0)
+    mallory = claiming(make_group(rng, "mallory", [0.0, 1.0, 0.0, 0.0], off_policy=True), "mallory", MIN_LOGPROB)
+    assert trainer.step([own, bob]).trained  # the optimizer has moments to keep
+    weights = [p.detach().clone() for p in model.parameters()]
+    moments = copy.deepcopy(trainer.optimizer.state_dict())
+    metrics = trainer.step([own, bob, mallory])
+    assert metrics.refused and not metrics.trained and metrics.nonfinite_peers == ["mallory"]
+    assert trainer.policy_version == metrics.policy_version == 1
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    after = trainer.optimizer.state_dict()["state"]
+    for index, state in moments["state"].items():
+        assert all(torch.equal(state[key], after[index][key]) for key in state)
+    assert all(p.grad is None for p in model.parameters())  # nothing left over for the next step
+    again = trainer.step([own, bob])  # the node goes on
+    assert again.trained and again.policy_version == 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())

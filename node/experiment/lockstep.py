@@ -98,6 +98,9 @@ class LockstepTransport:
     def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
         self._inner.report_filtered(peer_id, batches, completions, filtered)
 
+    def report_fault(self, peer_id: str, reason: str) -> None:
+        self._inner.report_fault(peer_id, reason)
+
     def scores(self) -> dict[str, PeerScore]:
         return self._inner.scores()
 

@@ -12,6 +12,12 @@ from torch import Tensor
 
 from ftis.node.loss.types import FilterRule
 
+# The largest log-ratio log R_t the surrogate takes, on its side that no PPO clip bounds (R above 1 + ε with
+# Â < 0). exp(20) ≈ 4.9e8 is far beyond any ratio an honest sample reaches, and far below float32's
+# overflow (exp(88.7)): a peer's absurd sampler log-prob under ``vis`` cannot turn the loss into inf and
+# every weight into NaN. Beyond it the surrogate is flat (no gradient), as it is beyond the PPO clip.
+MAX_LOG_RATIO = 20.0
+
 
 def masked_mean_per_sequence(values: Tensor, mask: Tensor) -> Tensor:
     """(B, T) -> (B,): mean over each row's masked tokens; 0 for a row with none."""
@@ -75,9 +81,10 @@ def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, epsilon: float) -> 
 
     Where the surrogate is flat in R (above 1 + ε for Â ≥ 0, below 1 − ε for Â ≤ 0) the log-ratio is
     clamped before the exponential: value and gradient are unchanged, and a peer's absurd log-prob
-    cannot produce inf, whose product with a zero gradient would be NaN.
+    cannot produce inf, whose product with a zero gradient would be NaN. On the side no clip bounds
+    (Â < 0, R above 1 + ε) it is clamped at ``MAX_LOG_RATIO``: unchanged below it, flat beyond.
     """
-    upper = torch.where(advantages >= 0, math.log1p(epsilon), math.inf)  # (B, 1)
+    upper = torch.where(advantages >= 0, math.log1p(epsilon), MAX_LOG_RATIO)  # (B, 1)
     lower = torch.where(advantages <= 0, math.log1p(-epsilon), -math.inf)  # (B, 1)
     ratio = torch.exp(torch.clamp(log_ratio, min=lower, max=upper))
     return torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ftis.node.loss.advantages import group_advantages
 from ftis.node.loss.terms import (
+    MAX_LOG_RATIO,
     FilterDecision,
     clipped_surrogate,
     k3_divergence,
@@ -140,8 +141,9 @@ def nois_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
 
 def _vis(batch: _Batch, params: LossParams, decision: FilterDecision) -> LossOutputs:
     """The ratio is taken to π_gen (with gradient), PPO-clipped, never truncated; w = 1. The reported
-    IS weight is that ratio, π_θ / π_gen, detached."""
-    ratio = torch.exp(torch.where(batch.mask, batch.logprobs.detach() - batch.sampler_logprobs, 0.0))
+    IS weight is that ratio, π_θ / π_gen, detached (at most exp(MAX_LOG_RATIO), as in the surrogate)."""
+    log_ratio = torch.where(batch.mask, batch.logprobs.detach() - batch.sampler_logprobs, 0.0)
+    ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
     return _finish(batch, params, ratio_base=batch.sampler_logprobs, weight=torch.ones_like(ratio),
                    reported_weight=ratio, truncated=torch.zeros_like(batch.mask), decision=decision)
 

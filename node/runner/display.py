@@ -71,6 +71,9 @@ def summary_line(record: Record) -> str:
                    f" div {percent(r['train_filtered_divergence_fraction'])})"
                    f"  IS {r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}"
                    f" trunc {percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}")
+    elif r.get("train_refused"):
+        culprits = ", ".join(r.get("train_nonfinite_peers") or []) or "no single peer"
+        trained = f"STEP REFUSED: loss or gradient not finite (from {culprits})"
     else:
         trained = "no step (no reward variance)"
     speed = (f"gen {r['generation_tokens_per_s']:.0f} tok/s  train {r['train_tokens']} tok"
@@ -131,7 +134,8 @@ class TableDisplay:
                 fixed(r["eval_accuracy"]),
                 f"{r['own_groups']}/{r['peer_groups_used']}/{r['peer_groups_received']}",
                 f"{percent(r['train_filtered_fraction'])} {percent(r['train_filtered_advantage_fraction'])}/"
-                f"{percent(r['train_filtered_divergence_fraction'])}" if trained else "no step",
+                f"{percent(r['train_filtered_divergence_fraction'])}" if trained
+                else "refused" if r.get("train_refused") else "no step",
                 f"{r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}" if trained else "-",
                 percent(r["train_truncated_fraction"]) if trained else "-",
                 f"{r['train_divergence_mean']:.3f}" if trained else "-",

@@ -118,6 +118,7 @@ _SCALARS = {
     "swarm/bytes_received_total": "bytes_received_total",
     "swarm/batches_received": "batches_received",
     "train/policy_version": "train_policy_version",
+    "train/refused": "train_refused",  # 1: the loss or gradient was not finite, no optimizer step taken
     "loop/waited_seconds": "waited_seconds",
     "loop/late_peers": "late_peers",
     "horizontal/merged_groups": "merged_groups",

@@ -3,10 +3,14 @@ own task, and take one F-TIS step on its own groups plus a fair mix of its peers
 
 In the default ``async`` mode a round never waits for peers: it trains on whatever has arrived. In
 ``rounds`` mode it waits, up to ``loop.round_deadline_s``, until every live peer (announced within
-its TTL, same tokenizer) has delivered a batch of this round or a later one, and trains on the
-batches of this round and earlier ones (a batch of a later round is held until this node reaches that
-round); a node that finds its peers ahead (it joined late, or restarted) jumps to their round, so the
-swarm falls into step. The
+its TTL, same tokenizer, not muted) has delivered a batch of this round or a later one, and trains on
+the batches of this round and earlier ones (a batch of a later round is held until this node reaches
+that round). A live peer that misses a round's deadline is charged for it (``inbox.MISSED_ROUND``), and
+one that missed ``MISSED_ROUNDS_IGNORED`` rounds in a row is no longer waited for until it delivers
+again: a member that announces itself and never publishes (a ghost) costs a few deadlines, not every
+round. A node that finds its peers ahead (it joined late, or restarted) jumps to their round, so the
+swarm falls into step; only to a round a strict majority of its live peers have reached, so one peer's
+claim of a far-off round moves no node that has other peers. The
 model is trained in place, so the next round generates with the weights this round produced, and the
 generator's policy version says so.
 
@@ -29,6 +33,7 @@ from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
 from ftis.node.runner.scoring import score_batch, score_own_batch
 from ftis.node.runner.utilisation import Stopwatch
+from ftis.node.swarm.inbox import MISSED_ROUND, NONFINITE, PROMPT_MISMATCH
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
 from ftis.node.tasks import Problem, Task
@@ -43,6 +48,7 @@ from ftis.protocol import (
     TaskRef,
     TokenizerInfo,
 )
+from ftis.protocol.limits import MAX_SEQ
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class Node:
                                          generation.max_new_tokens)
         self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
         self._latest_seq: dict[str, int] = {}  # rounds mode: each peer's newest batch delivered so far
+        self._missed: dict[str, int] = {}  # rounds mode: deadlines each live peer has missed in a row
         self._horizontal = config.loop.grouping == "horizontal"
         self._later = LaterRounds()  # horizontal grouping: peers' batches of rounds not reached yet
         self._boundary = self._snapshot()
@@ -138,13 +145,16 @@ class Node:
             for item in self._later.take(received, self.round) if rounds_mode else received:
                 scored = score_batch(item.batch, self.task, self.policy.tokenizer,
                                      trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
-                                     vocab_size=self._embedding_rows, texts=own.peer_texts.get(batch_key(item)))
+                                     vocab_size=self._embedding_rows, texts=own.peer_texts.get(batch_key(item)),
+                                     split=self.config.task.split)
+                if scored.mismatched:  # prompts that are not their problems': the peer is charged, once a batch
+                    self.transport.report_fault(item.peer_id, PROMPT_MISMATCH)
                 candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
                 batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
                 peer_rewards += scored.rewards
                 unusable += scored.unusable
         with watch.part("select"):
-            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups)
+            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups, vertical=not self._horizontal)
             groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
             merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
         with watch.part("train"):
@@ -153,6 +163,9 @@ class Node:
             with watch.part("publish"):
                 overlap.publisher.flush()
         self.generator.policy_version = self.trainer.policy_version
+        for peer in step.nonfinite_peers:  # a refused step: the peers whose groups alone were not finite
+            if peer in batches_by_peer:
+                self.transport.report_fault(peer, NONFINITE)
         for peer, counts in step.filtered_by_peer.items():  # the filter's verdict on each peer, for its score
             if peer in batches_by_peer:  # not this node's own stale groups
                 self.transport.report_filtered(peer, batches_by_peer[peer], counts.completions,
@@ -184,7 +197,7 @@ class Node:
         )
         self.round += 1
         if rounds_mode:  # fall into step with peers that are ahead
-            self.round = max([self.round, *(item.batch.seq for item in received)])
+            self.round = max(self.round, self._swarm_round())
         return report
 
     def state_dict(self) -> NodeState:
@@ -229,25 +242,41 @@ class Node:
             arrived = self.transport.receive()
             self._note_seqs(arrived)
             received += arrived
+        for peer in missing & self._live_peers():  # not the placeholders of peers short of min_peers
+            self._missed[peer] = self._missed.get(peer, 0) + 1
+            self.transport.report_fault(peer, MISSED_ROUND)
         return received, time.monotonic() - started, len(missing)
 
     def _note_seqs(self, received: list[ReceivedBatch]) -> None:
         for item in received:
             self._latest_seq[item.peer_id] = max(item.batch.seq, self._latest_seq.get(item.peer_id, -1))
+            self._missed.pop(item.peer_id, None)
+
+    def _live_peers(self) -> set[str]:
+        """Peers announced within the TTL, with this node's tokenizer, not muted (a muted peer's batches are
+        refused anyway, and a peer that got itself muted must not hold every round up to the deadline)."""
+        live_since = time.time() - self.config.swarm.announcement_ttl_s
+        muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
+        return {member.peer_id for member in self.transport.members()
+                if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
+                and member.last_seen >= live_since and member.peer_id not in muted}
 
     def _missing_peers(self) -> set[str]:
         """Live peers that have not yet delivered a batch of this round or a later one (a batch that
-        arrived early, during an earlier round's wait, counts), plus a placeholder for each peer short
-        of ``loop.min_peers``. A muted peer is not waited for: its batches are refused anyway, and a peer
-        that got itself muted must not hold every round up to the deadline."""
-        live_since = time.time() - self.config.swarm.announcement_ttl_s
-        muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
-        live = {member.peer_id for member in self.transport.members()
-                if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
-                and member.last_seen >= live_since and member.peer_id not in muted}
-        missing = {peer for peer in live if self._latest_seq.get(peer, -1) < self.round}
+        arrived early, during an earlier round's wait, counts), unless they missed the last
+        ``MISSED_ROUNDS_IGNORED`` deadlines, plus a placeholder for each peer short of ``loop.min_peers``."""
+        awaited = {peer for peer in self._live_peers() if self._missed.get(peer, 0) < MISSED_ROUNDS_IGNORED}
+        missing = {peer for peer in awaited if self._latest_seq.get(peer, -1) < self.round}
         wanted = self.config.loop.min_peers
-        return missing | {f"(peer {k} of {wanted})" for k in range(len(live) + 1, wanted + 1)}
+        return missing | {f"(peer {k} of {wanted})" for k in range(len(awaited) + 1, wanted + 1)}
+
+    def _swarm_round(self) -> int:
+        """The newest round a strict majority of the live peers have delivered a batch of (or of a later
+        round), at most ``MAX_JUMP_ROUND``; -1 when fewer than that majority have delivered any."""
+        live = self._live_peers()
+        reached = sorted((self._latest_seq[peer] for peer in live if peer in self._latest_seq), reverse=True)
+        quorum = len(live) // 2 + 1
+        return min(reached[quorum - 1], MAX_JUMP_ROUND) if len(reached) >= quorum else -1
 
     def _problems(self) -> list[Problem]:
         split, count = self.config.task.split, self.config.generation.prompts_per_round
@@ -308,6 +337,11 @@ def _generator_stats(generator: object) -> dict[str, object]:
     return asdict(stats()) if callable(stats) else {}
 
 
+# Rounds mode: a live peer that missed this many deadlines in a row is not waited for until it delivers again.
+MISSED_ROUNDS_IGNORED = 2
+# ...and no node jumps past this round, whoever claims it: half the protocol's range (MAX_SEQ / 2 rounds, 17,000
+# years at a round a second), so a node can always publish the rounds after it.
+MAX_JUMP_ROUND = MAX_SEQ // 2
 _ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while waiting (no network call)
 _ROUNDS_REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
 

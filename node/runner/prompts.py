@@ -6,7 +6,9 @@ tiny built-in models have no template and see the raw text. The setting is ``[mo
 ``auto`` uses the template when the tokenizer has one, ``on`` requires one, ``off`` never uses it.
 
 Whatever is chosen, the ids are exactly what the generator conditions on and what the batch carries
-as ``prompt_ids``, so a receiving node never re-tokenizes or re-templates a peer's prompt.
+as ``prompt_ids``. A receiving node trains on a peer's ``prompt_ids`` only when they are one of the
+renderings of the named problem it makes itself (``renderings``: raw, and in the chat template where the
+tokenizer has one), so a peer cannot put another prompt in front of a problem whose gold answer it likes.
 """
 
 from typing import Literal
@@ -42,3 +44,12 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool) -> 
     if not ids:
         raise ValueError("the prompt is empty after tokenization")
     return np.asarray(ids, dtype=np.int64)
+
+
+def renderings(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[np.ndarray, ...]:
+    """Every form of ``text``'s prompt a node of this tokenizer may condition on: raw, and (when the tokenizer
+    has a chat template) wrapped in it. Peers with the same tokenizer may have chosen either."""
+    raw = prompt_ids(tokenizer, text, chat=False)
+    if not getattr(tokenizer, "chat_template", None):
+        return (raw,)
+    return raw, prompt_ids(tokenizer, text, chat=True)

@@ -5,14 +5,22 @@ generator's reward in the batch is advisory and never used.
 
 A peer may claim a larger vocabulary than this node's model has (same tokenizer fingerprint, another
 embedding size, or a hostile claim): the decoder only checks ids against the claim, so a group holding
-an id this model has no embedding for is unusable here (it would fail the forward pass)."""
+an id this model has no embedding for is unusable here (it would fail the forward pass).
+
+A group that names one of this node's own problems is trained on with this node's gold answer, so its
+prompt must be that problem's: its ``prompt_ids`` must equal a rendering this node makes of the problem
+(``prompts.renderings``), else the group is unusable and counted as ``mismatched`` (the caller charges the
+peer: a peer that put another prompt in front of a problem would make this node learn the problem's answer
+for a question it never asked). It must also name the split this node trains on (``split``): a reference
+into the held-out split would train the node on its own evaluation set."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ftis.node.tasks import Task, resolve_gold
+from ftis.node.runner.prompts import renderings
+from ftis.node.tasks import Problem, Task, resolve_gold
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.protocol import Group, RolloutBatch
 
@@ -20,26 +28,35 @@ from ftis.protocol import Group, RolloutBatch
 @dataclass(frozen=True)
 class Scored:
     groups: list[TrainingGroup]  # usable groups, rewards recomputed
-    unusable: int  # groups without a gold answer this node trusts, or with ids outside its vocabulary
+    unusable: int  # groups without a gold answer this node trusts, with ids outside its vocabulary, or mismatched
     rewards: list[float]  # every scored completion's reward, for metrics
+    mismatched: int = 0  # ...of them: groups naming one of this node's problems in front of another prompt
 
 
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_peer_answers: bool,
                 off_policy: bool, vocab_size: int | None = None,
-                texts: Sequence[list[str] | None] | None = None) -> Scored:
+                texts: Sequence[list[str] | None] | None = None, split: str | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
-    None: decoded here."""
-    groups, rewards, unusable = [], [], 0
+    None: decoded here. ``split``: the only split of ``task`` a group may name (None: any)."""
+    groups, rewards, unusable, mismatched = [], [], 0, 0
     check_ids = _checks_ids(batch, vocab_size)
     for g, group in enumerate(batch.groups):
         if check_ids and not _within_vocabulary(group, vocab_size):
             unusable += 1
             continue
         ref = group.task
-        gold = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers).answer
+        if split is not None and ref.dataset == task.name and ref.split != split:
+            unusable += 1  # one of our problems, but not one we train on (the held-out split, say)
+            continue
+        resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
+        gold = resolved.answer
         if gold is None:
             unusable += 1
+            continue
+        if resolved.problem is not None and not _prompt_of(group, resolved.problem, task, tokenizer):
+            unusable += 1
+            mismatched += 1
             continue
         columns = group.columns
         decoded = texts[g] if texts is not None else None
@@ -48,7 +65,12 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_pee
         group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
         rewards.extend(group_rewards.tolist())
         groups.append(_training_group(batch, group, group_rewards, off_policy))
-    return Scored(groups, unusable, rewards)
+    return Scored(groups, unusable, rewards, mismatched)
+
+
+def _prompt_of(group: Group, problem: Problem, task: Task, tokenizer: object) -> bool:
+    """Whether the group's prompt ids are a rendering of ``problem`` this node makes itself."""
+    return any(np.array_equal(group.prompt_ids, ids) for ids in renderings(tokenizer, task.prompt(problem)))
 
 
 def score_own_batch(batch: RolloutBatch, rewards: Sequence[Sequence[float]], *, off_policy: bool) -> Scored:

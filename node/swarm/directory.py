@@ -1,6 +1,7 @@
 """Reading a run's announcements out of the DHT: each entry of a shard key is a signed subkey (the
-owner's public key) and an announcement. An announcement counts only if it decodes strictly and
-describes the very peer whose key signed it (its peer id derives from that key).
+owner's public key) and an announcement. An announcement counts only if it decodes strictly,
+describes the very peer whose key signed it (its peer id derives from that key), and expires no later
+than an honest peer's would (``expires_by``).
 
 All shard keys are read in one DHT traversal (``read_shards``, run inside the DHT process): one
 ``get`` per shard would ask the same nearby peers once per key. Measured with 3 peers polling every
@@ -25,6 +26,7 @@ from ftis.protocol.announcement import Announcement, decode_announcement
 @dataclass(frozen=True)
 class Reading:
     announcements: list[Announcement]
+    records: list[bytes]  # the wire bytes of each announcement
     rejected: list[tuple[str, bytes]]  # (peer id, its record) for invalid entries
 
 
@@ -32,12 +34,13 @@ class Directory:
     def __init__(self) -> None:
         self._owners: dict[bytes, str | None] = {}  # subkey -> the peer id its key proves (None: invalid)
 
-    def read(self, shard_values: Iterable[object]) -> Reading:
-        """Announcements from the values a DHT ``get`` returned for the shard keys (None if absent)."""
+    def read(self, shard_values: Iterable[object], expires_by: float = float("inf")) -> Reading:
+        """Announcements from the values a DHT ``get`` returned for the shard keys (None if absent); an entry
+        whose DHT expiration is later than ``expires_by`` (DHT time) is rejected."""
         # Owners are remembered from one read to the next, and only those of subkeys read again: the
         # cache stays the size of one read, however many keys come and go over a long run.
         known, self._owners = self._owners, {}
-        announcements, rejected = [], []
+        announcements, records, rejected = [], [], []
         for value in shard_values:
             entries = getattr(value, "value", None)
             if not isinstance(entries, dict):
@@ -48,11 +51,14 @@ class Directory:
                     continue  # no key, no way to blame anyone: the DHT's validators keep these out anyway
                 record = getattr(entry, "value", None)
                 announcement = _decode(record)
-                if announcement is None or announcement.peer_id != owner:
+                expiration = getattr(entry, "expiration_time", None)
+                lasting = isinstance(expiration, int | float) and expiration <= expires_by
+                if announcement is None or announcement.peer_id != owner or not lasting:
                     rejected.append((owner, record if isinstance(record, bytes) else repr(record).encode()))
                 else:
                     announcements.append(announcement)
-        return Reading(announcements, rejected)
+                    records.append(record)
+        return Reading(announcements, records, rejected)
 
     def _owner(self, subkey: object, known: dict[bytes, str | None]) -> str | None:
         if not isinstance(subkey, bytes):

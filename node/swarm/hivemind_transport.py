@@ -44,7 +44,15 @@ from hivemind.utils.mpfuture import MPFuture
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
-from ftis.node.swarm.inbox import FETCH_FAILED, TOO_LARGE, Inbox, InboxLimits, Rejected, open_payload
+from ftis.node.swarm.inbox import (
+    FETCH_FAILED,
+    MAX_CLOCK_AHEAD_S,
+    TOO_LARGE,
+    Inbox,
+    InboxLimits,
+    Rejected,
+    open_payload,
+)
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.records import record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
@@ -169,6 +177,9 @@ class HivemindTransport:
     def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
         self._inbox.report_filtered(peer_id, batches, completions, filtered)
 
+    def report_fault(self, peer_id: str, reason: str) -> None:
+        self._inbox.report_fault(peer_id, reason)
+
     def scores(self) -> dict[str, PeerScore]:
         return self._inbox.scores()
 
@@ -286,12 +297,15 @@ class HivemindTransport:
 
     async def _poll_once(self) -> None:
         values = await self._dht_call(read_shards(self._dht, self._config.run_id, self._config.shards))
-        reading = self._directory.read(values)
+        # An honest peer stores its record for announcement_ttl_s from its clock: one that expires later is
+        # meant to outlive its owner (a ghost member), and is refused.
+        reading = self._directory.read(values, expires_by=get_dht_time() + self._config.announcement_ttl_s
+                                       + MAX_CLOCK_AHEAD_S)
         for peer_id, record in reading.rejected:
             self._inbox.reject_announcement(peer_id, record)
         members = {}
-        for announcement in reading.announcements:
-            if announcement.peer_id == self._peer_id:
+        for announcement, record in zip(reading.announcements, reading.records, strict=True):
+            if announcement.peer_id == self._peer_id or not self._inbox.admit_announcement(announcement, record):
                 continue
             members[announcement.peer_id] = member_of(announcement)
             self._listed[announcement.peer_id] = frozenset(descriptor.seq for descriptor in announcement.batches)

@@ -42,6 +42,13 @@ DECODE_ERROR = "decode_error"
 NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but not the batch announced: peer, run, seq, tokenizer,
 # creation time, groups, tokens or policy version differ
 BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key than its peer id's
+# Found by the node once a delivered batch is scored (``report_fault``): a group names one of the node's
+# problems in front of a prompt that is not that problem's.
+PROMPT_MISMATCH = "prompt_mismatch"
+NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradient not finite (the step was refused)
+# Rounds mode: a live peer the node waited for had delivered no batch of the round by the deadline. Counted
+# against it at the weight of a failed fetch (a slow link may be to blame).
+MISSED_ROUND = "missed_round"
 
 # Peers' clocks differ by seconds (hivemind needs < 3 s to bootstrap). A batch dated further ahead would
 # stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
@@ -50,7 +57,8 @@ MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py):
 
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
 # network may be at fault); the other reasons say nothing about the peer.
-PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT})
+PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT, PROMPT_MISMATCH,
+                         NONFINITE})
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,15 @@ class Inbox:
                 self._bad_announcements[peer_id] = digest
                 self._count(peer_id, BAD_ANNOUNCEMENT)
 
+    def admit_announcement(self, announcement: Announcement, record: bytes) -> bool:
+        """Whether a peer's decoded, correctly signed announcement may describe a member: not dated more
+        than ``MAX_CLOCK_AHEAD_S`` ahead (a record dated in a century would stay "live" for as long).
+        A refused one counts as a bad announcement, once per distinct record."""
+        if announcement.updated_at <= self._clock() + MAX_CLOCK_AHEAD_S:
+            return True
+        self.reject_announcement(announcement.peer_id, record)
+        return False
+
     def muted(self, peer_id: str) -> bool:
         """Whether the peer is muted now (a transport asks before retrying a fetch)."""
         with self._lock:
@@ -182,6 +199,14 @@ class Inbox:
         and the divergence filter dropped ``filtered`` of them: evidence about the peer (``Reputation.filtered``)."""
         with self._lock:
             self._reputation.filtered(peer_id, batches, completions, filtered, self._clock())
+
+    def report_fault(self, peer_id: str, reason: str) -> None:
+        """What the node found against the peer beyond the door: a delivered batch at fault once read
+        (``PEER_FAULTS``: charged like a refusal), or a round it missed (``MISSED_ROUND``: like a failed fetch)."""
+        if reason not in PEER_FAULTS | {MISSED_ROUND}:
+            raise ValueError(f"{reason!r} is not a fault of the peer's")
+        with self._lock:
+            self._count(peer_id, reason)
 
     def scores(self) -> dict[str, PeerScore]:
         """Every peer this inbox has evidence about, as it judges it now."""
@@ -209,7 +234,7 @@ class Inbox:
         self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
         if reason in PEER_FAULTS:
             self._reputation.refused(peer_id, self._clock())
-        elif reason == FETCH_FAILED:
+        elif reason in (FETCH_FAILED, MISSED_ROUND):
             self._reputation.failed(peer_id, self._clock())
 
     def _forget_older_than(self, cutoff: float) -> None:

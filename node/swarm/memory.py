@@ -85,6 +85,8 @@ class MemoryTransport:
             if announcement.peer_id != peer_id:  # on the DHT: signed by another key than peer_id's
                 self._inbox.reject_announcement(peer_id, data)
                 continue
+            if not self._inbox.admit_announcement(announcement, data):
+                continue
             self._members[peer_id] = member_of(announcement)
             for descriptor in announcement.batches:
                 if self._inbox.consider(announcement, descriptor):
@@ -114,6 +116,9 @@ class MemoryTransport:
 
     def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
         self._inbox.report_filtered(peer_id, batches, completions, filtered)
+
+    def report_fault(self, peer_id: str, reason: str) -> None:
+        self._inbox.report_fault(peer_id, reason)
 
     def scores(self) -> dict[str, PeerScore]:
         return self._inbox.scores()

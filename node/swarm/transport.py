@@ -81,6 +81,12 @@ class Transport(Protocol):
         ``batches`` of its batches, and the divergence filter dropped ``filtered`` of them (``reputation.py``)."""
         ...
 
+    def report_fault(self, peer_id: str, reason: str) -> None:
+        """Evidence for the peer's score found by the node itself: a delivered batch at fault once read
+        (``inbox.PROMPT_MISMATCH``, ``inbox.NONFINITE``) or a round it missed (``inbox.MISSED_ROUND``); counted
+        in ``stats().rejections`` by reason."""
+        ...
+
     def scores(self) -> dict[str, PeerScore]:
         """Every peer this node has evidence about, as it judges it now: score, evidence, muted until."""
         ...

@@ -11,7 +11,7 @@ Rewards are recomputed by the receiver from the completion text; the gold answer
 from dataclasses import dataclass
 from typing import Literal
 
-from ftis.node.tasks.base import Task, TaskError
+from ftis.node.tasks.base import Problem, Task, TaskError
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Gold:
     # With an own copy: whether the batch's answer is the same string (False hints that the peer's
     # copy of the data set is ordered differently); None otherwise.
     agrees_with_batch: bool | None = None
+    problem: Problem | None = None  # with an own copy: the problem itself (its prompt is checked against the group's)
 
 
 def resolve_gold(
@@ -29,11 +30,12 @@ def resolve_gold(
     """Where the gold answer for a peer's group comes from, and what it is."""
     if dataset == task.name:
         try:
-            own = task.problem(split, index).answer
+            problem = task.problem(split, index)
         except TaskError:  # an unknown split or an index past our copy: not a problem we have
             pass
         else:
-            return Gold(own, "own", agrees_with_batch=own.strip() == batch_answer.strip())
+            own = problem.answer
+            return Gold(own, "own", agrees_with_batch=own.strip() == batch_answer.strip(), problem=problem)
     if trust_peer_answers and batch_answer.strip():
         return Gold(batch_answer.strip(), "peer")
     return Gold(None, "none")

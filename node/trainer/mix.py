@@ -2,14 +2,17 @@
 
 Peers take turns (round robin), each giving its freshest remaining group, the peer with the freshest
 group first; so one chatty peer cannot crowd out the others, and stale groups are the ones left
-over. A pure function: the caller decides what happens to the rest (they are dropped: the next
-round brings fresher ones).
+over. A group whose rewards are all equal teaches nothing (the trainer skips it) and takes no place:
+it is left out before the limit applies, so fresh but uninformative groups cannot push informative ones
+out. Not in horizontal grouping, where a peer's group joins other nodes' groups of the same prompt
+before its advantage group is judged. A pure function: the caller decides what happens to the rest
+(they are dropped: the next round brings fresher ones).
 """
 
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, rewards_vary
 
 
 @dataclass(frozen=True, eq=False)
@@ -18,10 +21,12 @@ class Candidate:
     created_at: float  # of the batch that carried it
 
 
-def select_peer_groups(candidates: list[Candidate], limit: int) -> list[Candidate]:
+def select_peer_groups(candidates: list[Candidate], limit: int, *, vertical: bool = True) -> list[Candidate]:
+    """``vertical``: each group is its own advantage group, so one without reward variance is left out."""
     by_peer: dict[str, list[Candidate]] = defaultdict(list)
     for candidate in candidates:
-        by_peer[candidate.group.peer_id].append(candidate)
+        if not vertical or rewards_vary([candidate.group]):
+            by_peer[candidate.group.peer_id].append(candidate)
     queues = [sorted(queue, key=lambda c: -c.created_at) for queue in by_peer.values()]
     queues.sort(key=lambda queue: -queue[0].created_at)
     chosen: list[Candidate] = []

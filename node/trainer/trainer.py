@@ -7,9 +7,17 @@ forward pass. The chosen loss variant's value is weighted by the micro-batch's s
 completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
 version increases. Zero-variance groups are dropped before any forward pass (they teach nothing); in
 horizontal mode that is decided per advantage group, over every node's completions for the prompt.
+
+A step whose loss or gradient norm is not finite is refused: no optimizer step, the weights, the
+optimizer's moments and the policy version untouched, ``StepMetrics.refused`` set. The loss bounds every
+ratio (``loss/terms.py``), so only a defect or a hostile input gets here; the refused step then re-runs each
+peer's groups alone and names the peers whose groups alone are not finite (``nonfinite_peers``), for the
+node to charge them.
 """
 
+import math
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
@@ -51,6 +59,8 @@ class StepMetrics:
     divergence_mean: float
     seconds: float
     filtered_by_peer: dict[str, PeerFiltered] = field(default_factory=dict)  # by the groups' peer_id
+    refused: bool = False  # the loss or the gradient norm was not finite: no optimizer step was taken
+    nonfinite_peers: list[str] = field(default_factory=list)  # ...peers whose groups alone were not finite
 
     @property
     def tokens_per_s(self) -> float:
@@ -92,9 +102,34 @@ class Trainer:
             return _idle(self.policy_version, skipped, time.perf_counter() - started)
         params = self._loss.params(step=self.policy_version)
         self.model.train()
+        sums = self._backward(informative, params)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
+        if not (math.isfinite(sums.loss) and math.isfinite(float(grad_norm))):
+            culprits = self._nonfinite_peers(kept, params)
+            self.optimizer.zero_grad(set_to_none=True)
+            return _idle(self.policy_version, skipped, time.perf_counter() - started, refused=True,
+                         nonfinite_peers=culprits)
+        self.steps_started += 1
+        self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.policy_version += 1
+        return sums.metrics(
+            policy_version=self.policy_version,
+            grad_norm=float(grad_norm),
+            groups=len(kept),
+            peer_groups=sum(group.off_policy for group in informative),
+            zero_variance_groups=skipped,
+            sequences=total,
+            seconds=time.perf_counter() - started,
+        )
+
+
+    def _backward(self, groups: list[TrainingGroup], params) -> "_Sums":
+        """Gradients of the loss over ``groups`` (whole advantage groups) in the parameters' ``.grad``."""
+        self.optimizer.zero_grad(set_to_none=True)
+        total = sum(group.size for group in groups)
         sums = _Sums()
-        for chunk in micro_batches(informative, self._config.max_tokens_per_microbatch):
+        for chunk in micro_batches(groups, self._config.max_tokens_per_microbatch):
             packed = pack(chunk, self._pad_id)
             logprobs = completion_logprobs(self.model, packed)
             inputs = LossInputs(
@@ -111,20 +146,23 @@ class Trainer:
             (out.loss * share).backward()
             sums.add(out, packed, share)
             sums.add_peers(chunk, out.divergence_filtered)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
-        self.steps_started += 1
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.policy_version += 1
-        return sums.metrics(
-            policy_version=self.policy_version,
-            grad_norm=float(grad_norm),
-            groups=len(kept),
-            peer_groups=sum(group.off_policy for group in informative),
-            zero_variance_groups=skipped,
-            sequences=total,
-            seconds=time.perf_counter() - started,
-        )
+        return sums
+
+    def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
+        """The peers whose advantage groups, trained on alone, give a loss or a gradient that is not finite
+        (an advantage group mixing generators, in horizontal mode, is nobody's alone)."""
+        by_peer: dict[str, list[TrainingGroup]] = defaultdict(list)
+        for together in kept:
+            generators = {group.peer_id for group in together}
+            if len(generators) == 1 and all(group.off_policy for group in together):
+                by_peer[together[0].peer_id] += together
+        culprits = []
+        for peer, groups in sorted(by_peer.items()):
+            sums = self._backward(groups, params)
+            gradients = [p.grad for p in self.parameters if p.grad is not None]
+            if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
+                culprits.append(peer)
+        return culprits
 
 
 class _Sums:
@@ -183,10 +221,12 @@ class _Sums:
         )
 
 
-def _idle(policy_version: int, skipped: int, seconds: float) -> StepMetrics:
+def _idle(policy_version: int, skipped: int, seconds: float, refused: bool = False,
+          nonfinite_peers: list[str] | None = None) -> StepMetrics:
     return StepMetrics(
         trained=False, policy_version=policy_version, loss=0.0, grad_norm=0.0, groups=0, peer_groups=0,
         zero_variance_groups=skipped, sequences=0, tokens=0, filtered_fraction=0.0,
         filtered_advantage_fraction=0.0, filtered_divergence_fraction=0.0, is_weight_mean=0.0,
-        is_weight_max=0.0, truncated_fraction=0.0, divergence_mean=0.0, seconds=seconds,
+        is_weight_max=0.0, truncated_fraction=0.0, divergence_mean=0.0, seconds=seconds, refused=refused,
+        nonfinite_peers=list(nonfinite_peers or []),
     )
