@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ftis.protocol.limits import MAX_TEMPERATURE, MIN_TEMPERATURE
+from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 if TYPE_CHECKING:
     from ftis.node.loss import LossParams
@@ -341,7 +341,8 @@ class SwarmConfig(_Section):
         "records): 4 shards hold ~2,800 peers and cost about what 2 do.",
     )
     announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
-    announcement_ttl_s: float = Field(30.0, gt=0, description="An announcement expires unless renewed in time.")
+    announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
+                                      description="An announcement expires unless renewed in time (at most 300 s).")
     poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
     max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
     fetch_timeout_s: float = Field(10.0, gt=0, description="Deadline of one payload fetch, connect to last byte.")

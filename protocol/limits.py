@@ -36,5 +36,10 @@ ADAPTERS = ("full", "lora")
 # Announcements: the small signed records a peer keeps in the DHT to list its recent batches. The DHT
 # process of hivemind 1.1.12 fails on stored values of ~60 KiB, so they stay far below that.
 MAX_ANNOUNCEMENT_BYTES = 8 * 1024
+# The longest a peer may store its announcement for (its TTL); every node's DHT refuses to store, and every
+# reader refuses, a record that expires later than now + this + the allowed clock lead: a peer cannot leave
+# behind a member that outlives it.
+MAX_ANNOUNCEMENT_TTL_S = 300.0
+MAX_CLOCK_AHEAD_S = 60.0  # how far ahead of a node's clock a peer's date may be (hivemind needs < 3 s to bootstrap)
 MAX_ANNOUNCED_BATCHES = 16
 SHA256_BYTES = 32

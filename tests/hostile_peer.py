@@ -168,13 +168,12 @@ class HostilePeer:
             published_tokens=sum(d.tokens for d in batches), updated_at=get_dht_time(), batches=batches)
         return replace(announcement, **changes)
 
-    def store(self, record: bytes, deadline_s: float = DEADLINE_S, lasting_s: float | None = None) -> None:
-        """Store ``record`` as this peer's announcement, signed with its key, to expire ``lasting_s`` from now
-        (default: the TTL, as an honest peer; a store can time out on a loaded machine: it is tried again,
-        each time with a later expiration, as updates must be)."""
+    def store(self, record: bytes, deadline_s: float = DEADLINE_S) -> None:
+        """Store ``record`` as this peer's announcement, signed with its key (a store can time out on a
+        loaded machine: it is tried again, each time with a later expiration, as updates must be)."""
         give_up = time.monotonic() + deadline_s
         while True:
-            self._expires = max(get_dht_time() + (self._ttl if lasting_s is None else lasting_s), self._expires + 1e-3)
+            self._expires = max(get_dht_time() + self._ttl, self._expires + 1e-3)
             if self._transport._dht.store(self._transport._key, record, expiration_time=self._expires,
                                           subkey=self._transport._owner):
                 self.stores += 1

@@ -27,7 +27,9 @@ from pathlib import Path
 import hivemind
 import pytest
 from child_lines import read_lines, wait_for_line
+from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils import get_dht_time
+from hivemind.utils.crypto import RSAPrivateKey
 from hivemind_swarm import DEADLINE_S, JOIN_DEADLINE_S, Peer, Swarm, delta, kill_tree, start_bootstrap
 from hostile_peer import HostilePeer, claims_a_terabyte, hangs_up, serves, stalls_mid_payload, tampered
 from swarm_helpers import TOKENIZER
@@ -35,9 +37,10 @@ from swarm_helpers import TOKENIZER
 from ftis.node.swarm.directory import read_members
 from ftis.node.swarm.hivemind_transport import retry_delay, start_dht
 from ftis.node.swarm.inbox import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
-from ftis.node.swarm.records import shard_key, shard_of
+from ftis.node.swarm.records import run_prefix, shard_key, shard_of
 from ftis.protocol import encode
 from ftis.protocol.announcement import decode_announcement, encode_announcement
+from ftis.protocol.limits import MAX_ANNOUNCEMENT_BYTES
 
 pytestmark = pytest.mark.hivemind
 
@@ -313,6 +316,40 @@ def test_an_announcement_signed_by_another_key_than_its_peer_ids_is_a_bad_announ
         assert 10_000 not in node.got(alice.peer_id)
         assert impostor not in {m.peer_id for m in node.transport.members()}
         assert BAD_ANNOUNCEMENT not in node.rejections(alice.peer_id)
+
+
+def test_records_that_would_hide_other_peers_or_outlive_their_owner_are_stored_nowhere(world):
+    # An attacker whose DHT peer checks signatures only (no schema, no lifetime): it signs whatever it stores,
+    # so only the honest peers' validators stand between it and the run's shards. One key may write one
+    # subkey, an announcement's size, for at most the TTL; the run's namespace holds its shard keys only.
+    alice, bob = world.alice, world.bob
+    signer = RSASignatureValidator(RSAPrivateKey())  # a key of its own (not the process-wide one)
+    attacker = hivemind.DHT(initial_peers=world.swarm.maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                            client_mode=True, record_validators=[signer], startup_timeout=JOIN_DEADLINE_S,
+                            start=True)
+    try:
+        owner, key = signer.local_public_key, shard_key(RUN, 0)
+        record = encode_announcement(alice.transport._outbox.announcement())
+        soon = get_dht_time() + 30
+        refused = {
+            "a padded subkey": dict(key=key, value=record, subkey=owner + b"pad1", expiration_time=soon),
+            "two markers": dict(key=key, value=record, subkey=owner + owner, expiration_time=soon),
+            "an over-size value": dict(key=key, value=b"x" * (MAX_ANNOUNCEMENT_BYTES + 1), subkey=owner,
+                                       expiration_time=soon),
+            "a year's expiry": dict(key=key, value=record, subkey=owner, expiration_time=get_dht_time() + 3.2e7),
+            "another key of the run": dict(key=f"{run_prefix(RUN)}_extra", value=b"x" * 4096, expiration_time=soon),
+            "a key of no run": dict(key="elsewhere", value=b"x" * 4096, expiration_time=soon),
+        }
+        for what, store in refused.items():
+            assert attacker.store(**store) is False, what
+        # the same signer, the same record, within the rules: stored (so the refusals above are the rules')
+        deadline = time.monotonic() + DEADLINE_S
+        while not attacker.store(key, record, subkey=owner, expiration_time=get_dht_time() + 30):
+            assert time.monotonic() < deadline, "no DHT peer accepted a record within the rules"
+    finally:
+        attacker.shutdown()
+    members = {m.peer_id for m in read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards)}
+    assert alice.peer_id in members and bob.peer_id in members
 
 
 def test_a_payload_that_does_not_match_its_announcement_is_rejected(world):

@@ -46,7 +46,6 @@ from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import (
     FETCH_FAILED,
-    MAX_CLOCK_AHEAD_S,
     TOO_LARGE,
     Inbox,
     InboxLimits,
@@ -54,7 +53,7 @@ from ftis.node.swarm.inbox import (
     open_payload,
 )
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
-from ftis.node.swarm.records import record_validators, run_prefix, shard_key, shard_of
+from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
@@ -297,10 +296,9 @@ class HivemindTransport:
 
     async def _poll_once(self) -> None:
         values = await self._dht_call(read_shards(self._dht, self._config.run_id, self._config.shards))
-        # An honest peer stores its record for announcement_ttl_s from its clock: one that expires later is
-        # meant to outlive its owner (a ghost member), and is refused.
-        reading = self._directory.read(values, expires_by=get_dht_time() + self._config.announcement_ttl_s
-                                       + MAX_CLOCK_AHEAD_S)
+        # A record that expires later than any peer may store one for is meant to outlive its owner (a ghost
+        # member): refused, as every node's DHT refuses to store it (records.py).
+        reading = self._directory.read(values, expires_by=latest_expiration())
         for peer_id, record in reading.rejected:
             self._inbox.reject_announcement(peer_id, record)
         members = {}

@@ -28,6 +28,7 @@ from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, decode
 from ftis.protocol.announcement import Announcement, BatchDescriptor
+from ftis.protocol.limits import MAX_CLOCK_AHEAD_S
 
 # Rejection reasons, as counted in TransportStats.rejections.
 STALE = "stale"  # created before now - max_age (or dated more than MAX_CLOCK_AHEAD_S ahead of now)
@@ -50,9 +51,8 @@ NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradie
 # against it at the weight of a failed fetch (a slow link may be to blame).
 MISSED_ROUND = "missed_round"
 
-# Peers' clocks differ by seconds (hivemind needs < 3 s to bootstrap). A batch dated further ahead would
+# Peers' clocks differ by seconds (MAX_CLOCK_AHEAD_S, protocol/limits.py). A batch dated further ahead would
 # stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
-MAX_CLOCK_AHEAD_S = 60.0
 MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the

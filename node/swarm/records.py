@@ -3,8 +3,12 @@
 Each run has ``shards`` DHT keys; a peer writes its announcement under the key of its shard
 (a hash of its peer id), in a subkey that carries its RSA public key, so hivemind's signature
 validator lets only that peer write it. A schema validator on the same keys refuses anything but
-``{signed subkey: bytes}`` entries, so no peer can replace a whole shard with a plain value.
-Every node, bootstrap peers included, installs both validators (DESIGN §4).
+``{subkey: bytes}`` entries whose subkey is exactly one owner marker (so one key signs one subkey, not
+any number of padded ones) and whose value is at most an announcement's size, so no peer can replace
+a whole shard with a plain value or fill it alone; it refuses every key that is not one of the run's
+shard keys (the run's DHT stores nothing else). A third validator refuses a record that expires
+later than any peer may keep its announcement (``latest_expiration``). Every node, bootstrap peers
+included, installs all three (DESIGN §4), so such records are neither stored nor passed on.
 
 Sharding keeps what one DHT answer carries below hivemind's 4 MiB message limit. A full record is
 about 3 KB (a 16-batch announcement of ~2.2 KB, the 391-byte subkey with the public key, the
@@ -19,9 +23,17 @@ import hashlib
 
 import pydantic.v1 as pydantic_v1
 from hivemind.dht.crypto import RSASignatureValidator
-from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
-from hivemind.dht.validation import RecordValidatorBase
+from hivemind.dht.schema import SchemaValidator, conbytes
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
+
+from ftis.protocol.limits import MAX_ANNOUNCEMENT_BYTES, MAX_ANNOUNCEMENT_TTL_S, MAX_CLOCK_AHEAD_S
+
+# A subkey that is one owner marker and nothing else: "[owner:<public key>]" (hivemind writes the key in
+# OpenSSH form, which holds no "]"; an RSA-2048 one is ~380 bytes).
+OwnerSubkey = conbytes(regex=rb"\A\[owner:[^\]]+\]\Z", max_length=2048, strict=True)
+Announcement = conbytes(max_length=MAX_ANNOUNCEMENT_BYTES, strict=True)
 
 
 def run_prefix(run_id: str) -> str:
@@ -44,9 +56,20 @@ def all_shard_keys(run_id: str, shards: int) -> list[str]:
 def record_validators(run_id: str, shards: int, key: RSAPrivateKey | None) -> list[RecordValidatorBase]:
     """The signature and schema validators for a run's announcement keys. ``key`` signs this peer's
     own records (a fresh key when None: a peer that never announces, like a bootstrap)."""
-    fields = {
-        f"peers_{shard}": (dict[BytesWithPublicKey, pydantic_v1.StrictBytes] | None, None) for shard in range(shards)
-    }
+    fields = {f"peers_{shard}": (dict[OwnerSubkey, Announcement] | None, None) for shard in range(shards)}
     schema = pydantic_v1.create_model("AnnouncementKeys", **fields)
     signature = RSASignatureValidator(key if key is not None else RSAPrivateKey())
-    return [signature, SchemaValidator(schema, allow_extra_keys=True, prefix=run_prefix(run_id))]
+    return [signature, SchemaValidator(schema, allow_extra_keys=False, prefix=run_prefix(run_id)), _Lifetime()]
+
+
+def latest_expiration() -> float:
+    """The latest DHT expiration time a run's record may carry now: a peer's TTL, plus a clock's lead."""
+    return get_dht_time() + MAX_ANNOUNCEMENT_TTL_S + MAX_CLOCK_AHEAD_S
+
+
+class _Lifetime(RecordValidatorBase):
+    """Refuses records that expire later than ``latest_expiration()``: stored for a year, a member's record
+    would outlive it (the schema validator already refuses every key but the run's shard keys)."""
+
+    def validate(self, record: DHTRecord) -> bool:
+        return record.expiration_time <= latest_expiration()
