@@ -126,7 +126,7 @@ def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, t
     for name in NODES:
         steps, evaluations = metrics(out / name)
         assert [record["round"] for record in steps] == [0, 1], name
-        assert sum(record["peer_groups_used"] for record in steps) > 0, f"{name} trained on no peer group"
+        assert sum(record["peer_groups_received"] for record in steps) > 0, f"{name} received no peer group"
         assert [record["round"] for record in evaluations] == [0, 1, 2]  # the start, every round, the end
         assert re.search(rf"^{name} +round +1 ", output, re.MULTILINE), output  # the live lines
         solo_steps, solo_evaluations = metrics(out / "solo" / name)
