@@ -345,13 +345,21 @@ class SwarmConfig(_Section):
                                       description="An announcement expires unless renewed in time (at most 300 s).")
     poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
     max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
-    fetch_timeout_s: float = Field(10.0, gt=0, description="Deadline of one payload fetch, connect to last byte.")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="The longest one payload fetch may take, connect to last "
+                                   "byte; a smaller payload gets less (fetch_base_s, fetch_min_bytes_per_s).")
+    fetch_base_s: float = Field(3.0, gt=0, description="A fetch's deadline is this plus the payload's size at "
+                                "fetch_min_bytes_per_s, at most fetch_timeout_s: a slow peer cannot hold a fetch "
+                                "slot for the whole timeout with a small batch.")
+    fetch_min_bytes_per_s: float = Field(1024 * 1024, gt=0, description="The slowest transfer a fetch deadline allows.")
     fetch_retries: int = Field(
         2, ge=0, le=8, description="Further attempts after a fetch fails in transit (refused connection, stream "
         "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s."
     )
     fetch_retry_backoff_s: float = Field(1.0, gt=0, description="Wait before the first retry; doubles for each next.")
-    max_concurrent_fetches: int = Field(8, ge=1, description="Payload fetches in flight at once.")
+    max_concurrent_fetches: int = Field(8, ge=2, description="Payload fetches in flight at once, at most 2 from one "
+                                        "peer; a freed slot goes to the waiting peer that holds the fewest.")
+    max_concurrent_serves: int = Field(16, ge=2, description="Fetches of this node's payloads served at once, at most "
+                                       "2 to one peer; more are turned away (the fetcher tries again later).")
     per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
     max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
     max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")

@@ -20,6 +20,8 @@ that only a broken (or badly overloaded) swarm reaches. Muting is switched off (
 each test sees mallory's batches refused for what they are, not because earlier ones were.
 """
 
+import asyncio
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -32,6 +34,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind_swarm import DEADLINE_S, Peer, Swarm, delta, rejections_of, start_bootstrap
 from hostile_peer import HostilePeer, forged_record, pushes, stalls
@@ -649,3 +652,68 @@ def test_an_announcement_dated_ahead_is_refused_and_charged(world):
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before), "the dated record is read")
     assert delta(honest.rejections(mallory.peer_id), before) == {BAD_ANNOUNCEMENT: 1}
     world.swarm.wait_until(lambda: mallory.peer_id not in members(), "mallory is no member")
+
+
+# --- 11. a flood of fetches that never read --------------------------------------------------------------
+
+
+def big_batch(peer_id: str, seq: int, created_at: float, *, run_id: str = RUN) -> RolloutBatch:
+    """A valid batch of ~2.6 MB: 64 groups of 8 completions of 2,048 random tokens."""
+    rng = np.random.default_rng(seq)
+    groups = tuple(Group(f"{peer_id}/{seq}/{g}", TaskRef("digits", "train", g, str(g)), np.array([1, 2, 3]), tuple(
+        Completion(rng.integers(0, VOCAB, 2048), -rng.integers(0, 4096, 2048) * LOGPROB_STEP, 0.0, "length")
+        for _ in range(8))) for g in range(64))
+    return RolloutBatch(run_id, peer_id, seq, created_at, PolicyInfo("tiny-other", "", "full", 0),
+                        TokenizerInfo(FINGERPRINT, VOCAB), SamplingSettings(1.0, 1.0, 0, 2048), groups)
+
+
+def test_streams_that_never_read_hold_two_serving_slots_and_no_copies(world):
+    # A hundred streams from one identity, each asking for a 2.6 MB batch of bob's and never reading: bob
+    # serves two of them (its share per peer) and turns the rest away; nothing is copied per request, and the
+    # honest node still fetches bob's next batch meanwhile.
+    honest, bob, mallory = world.honest, world.bob, world.mallory
+    got: list[int] = []  # bob's batches the honest node received
+
+    def received(seq: int) -> bool:
+        got.extend(r.batch.seq for r in honest.peer.transport.receive() if r.peer_id == bob.peer_id)
+        return seq in got
+
+    honest.flush()
+    batch = bob.publish(build=big_batch)
+    size = len(encode(batch))
+    assert size > 2 * 2**20
+    world.swarm.wait_until(lambda: received(batch.seq), "the honest node has bob's big batch")
+    transport = mallory.peer.transport
+    target, before = PeerID.from_base58(bob.peer_id), bob.transport.stats().serves_turned_away
+    rss = psutil.Process().memory_info().rss
+
+    async def open_unread(count: int) -> list[asyncio.StreamWriter]:
+        writers = []
+        for _ in range(count):
+            _, _, writer = await transport._p2p.call_binary_stream_handler(target, transport._handler)
+            writers.append(writer)
+            with contextlib.suppress(ConnectionError):  # turned away: bob closed it already
+                writer.write(batch.seq.to_bytes(8, "big"))
+                await writer.drain()
+        return writers
+
+    writers = asyncio.run_coroutine_threadsafe(open_unread(100), transport._loop).result(60)
+    try:
+        world.swarm.wait_until(lambda: bob.transport.stats().serves_turned_away - before >= 98,
+                               "bob turns the other streams away")
+        time.sleep(1.0)  # what bob would buffer for the streams it serves
+        grown = psutil.Process().memory_info().rss - rss
+        following = bob.publish(build=digit_batch)
+        world.swarm.wait_until(lambda: received(following.seq), "the honest node has bob's next batch")
+    finally:
+        asyncio.run_coroutine_threadsafe(_close_all(writers), transport._loop).result(10)
+    turned_away = bob.transport.stats().serves_turned_away - before
+    print(f"\n[hostile] 100 unread fetches of a {size / 2**20:.1f} MB batch: {turned_away} turned away; "
+          f"this process grew by {grown / 2**20:.1f} MiB meanwhile")
+    assert turned_away == 98
+    assert grown < 3 * size  # a copy per stream would be 100 copies
+
+
+async def _close_all(writers: list[asyncio.StreamWriter]) -> None:
+    for writer in writers:
+        writer.close()

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import hivemind
 from hivemind.p2p import PeerID
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils import get_dht_time
 from hivemind.utils.mpfuture import MPFuture
 
@@ -55,6 +56,7 @@ from ftis.node.swarm.inbox import (
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.slots import FairSlots
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor, encode_announcement
@@ -64,6 +66,15 @@ logger = logging.getLogger(__name__)
 
 _HEADER = 8  # bytes of a sequence number or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
+_SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
+_WRITE_SLICE = 64 * 1024  # a served payload goes out in slices of this many bytes, each awaited
+
+
+def fetch_deadline(config: SwarmConfig, size: int) -> float:
+    """Seconds one fetch of a ``size``-byte payload may take, connect to last byte: ``fetch_base_s`` plus the
+    time at ``fetch_min_bytes_per_s``, at most ``fetch_timeout_s``. A slow peer holds a fetch slot no longer
+    than its payload's size justifies."""
+    return min(config.fetch_timeout_s, config.fetch_base_s + size / config.fetch_min_bytes_per_s)
 _LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop)
 _MIN_POLL_GAP_S = 0.05  # poll_now never makes announcement reads closer than this
 
@@ -134,6 +145,7 @@ class HivemindTransport:
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> sequence numbers its latest announcement lists
         self._directory = Directory()
         self._closed = False
+        self._serves_turned_away = self._announce_failures = self._poll_failures = 0  # the network thread counts
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ftis-swarm", daemon=True)
         self._thread.start()
@@ -171,7 +183,10 @@ class HivemindTransport:
         return members_with_own(self._members, self._outbox, self._peer_id)
 
     def stats(self) -> TransportStats:
-        return transport_stats(self._inbox, self._outbox)
+        stats = transport_stats(self._inbox, self._outbox)
+        stats.serves_turned_away, stats.announce_failures, stats.poll_failures = (
+            self._serves_turned_away, self._announce_failures, self._poll_failures)
+        return stats
 
     def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
         self._inbox.report_filtered(peer_id, batches, completions, filtered)
@@ -211,7 +226,8 @@ class HivemindTransport:
     async def _start(self) -> None:
         self._announce_now = asyncio.Event()
         self._poll_soon = asyncio.Event()  # poll_now: read the announcements without waiting out the period
-        self._fetch_slots = asyncio.Semaphore(self._config.max_concurrent_fetches)
+        self._fetch_slots = FairSlots(self._config.max_concurrent_fetches, _SLOTS_PER_PEER)
+        self._serve_slots = FairSlots(self._config.max_concurrent_serves, _SLOTS_PER_PEER)
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(self._handler, self._serve)
         self._fetches: set[asyncio.Task] = set()
@@ -270,10 +286,12 @@ class HivemindTransport:
                     return_future=True,
                 ))
                 if not stored:
+                    self._announce_failures += 1
                     logger.warning("announcement not stored (no DHT peer accepted it); retrying")
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # keep announcing: the next round may succeed
+                self._announce_failures += 1
                 logger.warning("announcement failed: %s: %s", type(error).__name__, error)
 
     async def _poller(self) -> None:
@@ -284,6 +302,7 @@ class HivemindTransport:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a failed poll is retried next period, never fatal
+                self._poll_failures += 1
                 logger.warning("reading announcements failed: %s: %s", type(error).__name__, error)
             # The rest of the period, unless poll_now asks sooner (one asked for during the poll counts; the
             # gap keeps a node that keeps asking to a few reads a second).
@@ -320,8 +339,9 @@ class HivemindTransport:
         attempt = 0
         while True:
             try:
-                async with self._fetch_slots:  # not held while backing off
-                    data = await asyncio.wait_for(self._download(peer_id, descriptor), self._config.fetch_timeout_s)
+                async with self._fetch_slots.hold(peer_id):  # not held while backing off
+                    data = await asyncio.wait_for(self._download(peer_id, descriptor),
+                                                  fetch_deadline(self._config, descriptor.bytes))
                 batch = open_payload(descriptor, data)
             except Rejected as rejected:  # the peer answered, and the answer is final
                 self._inbox.fail(peer_id, descriptor, rejected.reason)
@@ -366,14 +386,29 @@ class HivemindTransport:
         finally:
             writer.close()
 
-    async def _serve(self, _info: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One fetch of one of our payloads, if a serving slot is free to the asker (``max_concurrent_serves``
+        in all, two per peer), else the stream is closed at once and the asker tries again later. The payload
+        is written in slices of the one copy the outbox keeps, each awaited, within the fetch deadline a
+        fetcher of it gives itself: a client that never reads holds one slot for that long, never a copy."""
+        peer = info.peer_id.to_base58()
+        if not self._serve_slots.try_acquire(peer):
+            self._serves_turned_away += 1
+            writer.close()
+            return
         try:
             request = await asyncio.wait_for(reader.readexactly(_HEADER), _REQUEST_TIMEOUT_S)
             payload = self._outbox.payload(int.from_bytes(request, "big")) or b""
-            writer.write(len(payload).to_bytes(_HEADER, "big") + payload)
-            await writer.drain()
+            async with asyncio.timeout(fetch_deadline(self._config, len(payload))):
+                writer.write(len(payload).to_bytes(_HEADER, "big"))
+                view = memoryview(payload)
+                for start in range(0, len(view), _WRITE_SLICE):
+                    writer.write(view[start : start + _WRITE_SLICE])
+                    await writer.drain()
+                await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as error:
             logger.debug("a fetch of ours ended early: %s", error)
         finally:
             writer.close()
+            self._serve_slots.release(peer)
 

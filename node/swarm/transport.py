@@ -46,6 +46,9 @@ class TransportStats:
     delivered_batches: int = 0
     delivered_bytes: int = 0
     rejections: dict[tuple[str, str], int] = field(default_factory=dict)  # (peer id, reason) -> count
+    serves_turned_away: int = 0  # requests for our payloads refused for lack of a serving slot (swarm/slots.py)
+    announce_failures: int = 0  # announcements no DHT peer stored, or that failed
+    poll_failures: int = 0  # reads of the peers' announcements that failed
 
     def rejected(self, reason: str) -> int:
         return sum(count for (_, why), count in self.rejections.items() if why == reason)
