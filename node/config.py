@@ -234,6 +234,9 @@ class MixConfig(_Section):
     """Which received groups a step trains on, beside the node's own."""
 
     max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
+    max_peer_share: float = Field(0.5, gt=0, le=1, description="At most this share of max_peer_groups (rounded up) "
+                                  "from one peer, however few others sent groups: one identity never makes up "
+                                  "most of a step's peer groups.")
 
 
 class EvalConfig(_Section):

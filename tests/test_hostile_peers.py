@@ -37,7 +37,7 @@ import torch
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind_swarm import DEADLINE_S, Peer, Swarm, delta, rejections_of, start_bootstrap
-from hostile_peer import HostilePeer, forged_record, pushes, stalls
+from hostile_peer import HostilePeer, forged_record, pushes, serves, stalls
 from node_helpers import LIMITS, DigitTask, build_node, node_config
 
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
@@ -49,6 +49,7 @@ from ftis.node.swarm.inbox import (
     FETCH_FAILED,
     NOT_AS_ANNOUNCED,
     PROMPT_MISMATCH,
+    SLOW,
     STALE,
     TOKENIZER,
     TOO_LARGE,
@@ -717,3 +718,49 @@ def test_streams_that_never_read_hold_two_serving_slots_and_no_copies(world):
 async def _close_all(writers: list[asyncio.StreamWriter]) -> None:
     for writer in writers:
         writer.close()
+
+
+# --- 12. batches dated ahead -----------------------------------------------------------------------------
+
+
+def test_a_batch_dated_ahead_gains_no_turn_in_the_mix():
+    config = CONFIG.model_copy(update={"mix": CONFIG.mix.model_copy(update={"max_peer_groups": 1,
+                                                                             "max_peer_share": 1.0})})
+    hub = MemoryHub()
+    node = build_node(config, lambda fingerprint: MemoryTransport(hub, RUN, "node", fingerprint, LIMITS))
+    now = time.time()
+    # mallory dates its batch 59 s ahead (within the clock lead the inbox allows) to be ranked freshest
+    ahead = digit_batch("mallory", 0, now + 59, groups=(digit_group("ahead", 3, logprobs=-1.0),))
+    fair = digit_batch("bob", 0, now, groups=(digit_group("fair", 4, logprobs=-1.0),))
+    for batch in (ahead, fair):
+        MemoryTransport(hub, RUN, batch.peer_id, FINGERPRINT, LIMITS).publish(batch)
+    report = node.run_round()
+    assert report.peer_groups_received == 2
+    assert report.peer_groups_by_peer == {"bob": 1}  # a date after its arrival ranks mallory's as the stalest
+
+
+# --- 13. a slow but valid peer --------------------------------------------------------------------------
+
+
+def serves_after(seconds: float):
+    async def behaviour(fetcher: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        payload: bytes) -> None:
+        await asyncio.sleep(seconds)
+        await serves(fetcher, reader, writer, payload)
+
+    return behaviour
+
+
+def test_a_slow_but_valid_peer_is_charged_for_its_lateness(world):
+    # Mallory serves valid batches late in the fetch deadline (its payloads are small: the deadline is
+    # fetch_timeout_s): each one is kept, and counted partly as a failed fetch.
+    honest, mallory = world.honest, world.mallory
+    honest.flush()
+    before, score = honest.rejections(mallory.peer_id), honest.peer.transport.scores().get(mallory.peer_id)
+    bad_before = score.bad if score is not None else 0.0
+    seqs = [mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time())),
+                            serves_after(0.8 * FETCH_TIMEOUT_S)).seq for _ in range(2)]
+    world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before).get(SLOW, 0) == 2,
+                           "both late deliveries are counted")
+    assert sorted(r.batch.seq for r in honest.peer.transport.receive() if r.peer_id == mallory.peer_id) == seqs
+    assert honest.peer.transport.scores()[mallory.peer_id].bad > bad_before

@@ -24,6 +24,7 @@ from ftis.node.swarm.inbox import (
     NOT_AS_ANNOUNCED,
     OTHER_RUN,
     PEER_QUOTA,
+    SLOW,
     STALE,
     TOO_LARGE,
     Inbox,
@@ -176,6 +177,19 @@ def test_deliver_queues_only_considered_in_flight_batches(clock):
         "alice", p.batch, len(p.data), T0)
     stats = inbox.stats()
     assert (stats.delivered_batches, stats.delivered_bytes) == (1, len(p.data))
+
+
+def test_a_late_delivery_is_kept_but_counts_partly_as_a_failed_fetch(clock):
+    inbox = make_inbox(clock)
+    on_time, late = publish(make_batch("alice", 0)), publish(make_batch("slowpoke", 0))
+    for p, lateness in ((on_time, 0.0), (late, 0.8)):
+        assert inbox.consider(p.announcement, p.descriptor)
+        assert inbox.deliver(p.batch.peer_id, p.descriptor, p.batch, len(p.data), lateness)
+    assert len(inbox.drain()) == 2  # both kept
+    scores = inbox.scores()
+    assert scores["alice"].good == pytest.approx(1.0) and scores["alice"].bad == 0
+    assert scores["slowpoke"].good == pytest.approx(0.2) and scores["slowpoke"].bad == pytest.approx(0.8 * 0.5)
+    assert rejections(inbox) == {("slowpoke", SLOW): 1}
 
 
 NOT_AS_ANNOUNCED_CASES = {

@@ -44,3 +44,11 @@ def test_groups_without_reward_variance_take_no_place():
     # In horizontal grouping a group is judged with the other nodes' groups of its prompt: all stay candidates.
     assert names(select_peer_groups([*flat, *informative], limit=4, vertical=False)) == [
         "a-13.0", "a-12.0", "a-11.0", "a-10.0"]
+
+
+def test_one_peer_gives_at_most_its_share_of_the_limit():
+    alone = [candidate("a", float(t)) for t in range(8)]
+    assert names(select_peer_groups(alone, limit=4, share=0.5)) == ["a-7.0", "a-6.0"]
+    assert len(select_peer_groups(alone, limit=5, share=0.5)) == 3  # rounded up
+    both = [*alone, candidate("b", 0.5)]
+    assert names(select_peer_groups(both, limit=4, share=0.5)) == ["a-7.0", "b-0.5", "a-6.0"]

@@ -149,12 +149,14 @@ class Node:
                                      split=self.config.task.split)
                 if scored.mismatched:  # prompts that are not their problems': the peer is charged, once a batch
                     self.transport.report_fault(item.peer_id, PROMPT_MISMATCH)
-                candidates += [Candidate(group, item.batch.created_at) for group in scored.groups]
+                candidates += [Candidate(group, _freshness(item, self.config.swarm.max_age_s))
+                               for group in scored.groups]
                 batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
                 peer_rewards += scored.rewards
                 unusable += scored.unusable
         with watch.part("select"):
-            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups, vertical=not self._horizontal)
+            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups, vertical=not self._horizontal,
+                                        share=self.config.mix.max_peer_share)
             groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
             merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
         with watch.part("train"):
@@ -329,6 +331,13 @@ class Node:
         seconds = time.perf_counter() - started
         watch.seconds["build"] = seconds - watch.seconds["generate"]
         return _Own(batch, rewards_by_group, tokens, seconds, arrived, decoded)
+
+
+def _freshness(item: ReceivedBatch, max_age_s: float) -> float:
+    """When the batch was made, as the mix ranks it: its creation time, unless that is after it arrived (a clock
+    far ahead, or a peer dating its batches ahead to be chosen first): then as stale as a batch can be."""
+    created = item.batch.created_at
+    return created if created <= item.received_at else item.received_at - max_age_s
 
 
 def _generator_stats(generator: object) -> dict[str, object]:

@@ -340,8 +340,9 @@ class HivemindTransport:
         while True:
             try:
                 async with self._fetch_slots.hold(peer_id):  # not held while backing off
-                    data = await asyncio.wait_for(self._download(peer_id, descriptor),
-                                                  fetch_deadline(self._config, descriptor.bytes))
+                    deadline, started = fetch_deadline(self._config, descriptor.bytes), time.monotonic()
+                    data = await asyncio.wait_for(self._download(peer_id, descriptor), deadline)
+                    lateness = 2 * (time.monotonic() - started) / deadline - 1  # > 0 in the deadline's second half
                 batch = open_payload(descriptor, data)
             except Rejected as rejected:  # the peer answered, and the answer is final
                 self._inbox.fail(peer_id, descriptor, rejected.reason)
@@ -363,7 +364,7 @@ class HivemindTransport:
                 logger.info("fetching batch %s of %s failed after %d attempts: %s", descriptor.seq, peer_id,
                             attempt + 1, failure)
                 return
-            self._inbox.deliver(peer_id, descriptor, batch, len(data))
+            self._inbox.deliver(peer_id, descriptor, batch, len(data), lateness)
             return
 
     def _still_offered(self, peer_id: str, descriptor: BatchDescriptor) -> bool:

@@ -53,6 +53,9 @@ MISSED_ROUND = "missed_round"
 
 # Peers' clocks differ by seconds (MAX_CLOCK_AHEAD_S, protocol/limits.py). A batch dated further ahead would
 # stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
+# Delivered, but in the second half of its fetch deadline: counted with the refusals, though the batch was kept,
+# and partly as a failed fetch (a slow peer holds a fetch slot others wait for).
+SLOW = "slow"
 MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
@@ -135,8 +138,11 @@ class Inbox:
             return BUFFER_FULL
         return None
 
-    def deliver(self, peer_id: str, descriptor: BatchDescriptor, batch: RolloutBatch, payload_bytes: int) -> bool:
-        """Queue a fetched, decoded batch if it is the one that was announced."""
+    def deliver(self, peer_id: str, descriptor: BatchDescriptor, batch: RolloutBatch, payload_bytes: int,
+                lateness: float = 0.0) -> bool:
+        """Queue a fetched, decoded batch if it is the one that was announced. ``lateness``, in [0, 1]: how far
+        into the second half of its fetch deadline it arrived (0 within the first half, 1 at the deadline); a
+        late delivery is partial evidence, that share of it counting as a failed fetch (and as ``SLOW``)."""
         key = (peer_id, descriptor.seq)
         with self._lock:
             if key not in self._in_flight:
@@ -151,7 +157,12 @@ class Inbox:
                 self._count(peer_id, NOT_AS_ANNOUNCED)
                 return False
             self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
-            self._reputation.delivered(peer_id, self._clock())
+            lateness = min(max(lateness, 0.0), 1.0)
+            self._reputation.delivered(peer_id, self._clock(), share=1.0 - lateness)
+            if lateness > 0:
+                self._reputation.failed(peer_id, self._clock(), share=lateness)
+                key = (peer_id, SLOW)
+                self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
             self._stats.delivered_batches += 1
             self._stats.delivered_bytes += payload_bytes
             return True

@@ -8,7 +8,7 @@ exponentially decayed counts (half-life ``half_life_s``) of evidence, in units o
 - bad: a batch refused for what the peer sent (undecodable, another hash, other than announced, too
   large) or an invalid announcement record (``REFUSED_WEIGHT``);
 - bad: a fetch that still failed after its retries (``FAILED_WEIGHT``, lower: the network may be at
-  fault, not the peer);
+  fault, not the peer); a delivery in the second half of its fetch deadline counts partly as one;
 - bad: the divergence filter's verdict. When a step trains on a peer's completions, the share ``f``
   of them dropped because their divergence exceeded g counts ``FILTERED_WEIGHT × f`` for each of the
   peer's batches the step drew them from (so sending more batches does not dilute it). Completions
@@ -84,17 +84,18 @@ class Reputation:
         self._settings = settings
         self._records: dict[str, _Record] = {}
 
-    def delivered(self, peer_id: str, now: float) -> None:
-        """A batch of the peer arrived intact and as announced."""
-        self._add(peer_id, now, good=DELIVERED_WEIGHT)
+    def delivered(self, peer_id: str, now: float, share: float = 1.0) -> None:
+        """A batch of the peer arrived intact and as announced (``share`` of a delivery: a late one counts
+        for less, its rest as a failure)."""
+        self._add(peer_id, now, good=DELIVERED_WEIGHT * share)
 
     def refused(self, peer_id: str, now: float) -> None:
         """A batch or an announcement of the peer was refused for its contents."""
         self._add(peer_id, now, bad=REFUSED_WEIGHT)
 
-    def failed(self, peer_id: str, now: float) -> None:
-        """A batch of the peer could not be fetched, retries included."""
-        self._add(peer_id, now, bad=FAILED_WEIGHT)
+    def failed(self, peer_id: str, now: float, share: float = 1.0) -> None:
+        """A batch of the peer could not be fetched, retries included (``share``: that part of a late delivery)."""
+        self._add(peer_id, now, bad=FAILED_WEIGHT * share)
 
     def filtered(self, peer_id: str, batches: int, completions: int, filtered: int, now: float) -> None:
         """A step trained on ``completions`` of the peer's completions, drawn from ``batches`` of its batches,

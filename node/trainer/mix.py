@@ -2,13 +2,18 @@
 
 Peers take turns (round robin), each giving its freshest remaining group, the peer with the freshest
 group first; so one chatty peer cannot crowd out the others, and stale groups are the ones left
-over. A group whose rewards are all equal teaches nothing (the trainer skips it) and takes no place:
-it is left out before the limit applies, so fresh but uninformative groups cannot push informative ones
+over. One peer gives at most ``share`` of the limit (rounded up), even when no other peer has groups
+left. Freshness is the batch's creation time as the caller ranks it (a batch dated after it arrived
+ranks as the stalest: a peer that dates its batches ahead gains no turn).
+
+A group whose rewards are all equal teaches nothing (the trainer skips it) and takes no place: it is
+left out before the limit applies, so fresh but uninformative groups cannot push informative ones
 out. Not in horizontal grouping, where a peer's group joins other nodes' groups of the same prompt
 before its advantage group is judged. A pure function: the caller decides what happens to the rest
 (they are dropped: the next round brings fresher ones).
 """
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -21,13 +26,18 @@ class Candidate:
     created_at: float  # of the batch that carried it
 
 
-def select_peer_groups(candidates: list[Candidate], limit: int, *, vertical: bool = True) -> list[Candidate]:
-    """``vertical``: each group is its own advantage group, so one without reward variance is left out."""
+def select_peer_groups(candidates: list[Candidate], limit: int, *, vertical: bool = True,
+                       share: float = 1.0) -> list[Candidate]:
+    """``vertical``: each group is its own advantage group, so one without reward variance is left out.
+    ``share``: the most of ``limit`` one peer may give (rounded up)."""
     by_peer: dict[str, list[Candidate]] = defaultdict(list)
     for candidate in candidates:
         if not vertical or rewards_vary([candidate.group]):
             by_peer[candidate.group.peer_id].append(candidate)
-    queues = [sorted(queue, key=lambda c: -c.created_at) for queue in by_peer.values()]
+    most = math.ceil(share * limit)
+    if most < 1:
+        return []
+    queues = [sorted(queue, key=lambda c: -c.created_at)[:most] for queue in by_peer.values()]
     queues.sort(key=lambda queue: -queue[0].created_at)
     chosen: list[Candidate] = []
     turn = 0
