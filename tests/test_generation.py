@@ -27,11 +27,12 @@ import pytest
 import torch
 import vllm_stand_in
 from real_vllm import open_engine, real_vllm_runs_here
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion, Generator, make_generator
 from ftis.node.generation.fake import _processed_logprobs as fake_processed_logprobs
 from ftis.node.generation.hf import TransformersGenerator, greedy, processed_logprobs
+from ftis.node.generation.types import stop_token_ids
 from ftis.protocol import (
     Group,
     PolicyInfo,
@@ -353,6 +354,19 @@ def test_tokens_are_drawn_from_the_processed_distribution():
     assert (frequencies[expected == 0] == 0).all(), "a masked token was drawn"
     sigma = np.sqrt(expected * (1 - expected) / n)
     assert (np.abs(frequencies - expected) <= 5 * sigma + 1e-12).all()
+
+
+def test_the_transformers_backend_stops_at_every_end_of_sequence_id_the_model_names_as_vllm_does():
+    # An instruct model's generation config lists several (Qwen2.5-Instruct: <|im_end|> and <|endoftext|>); the
+    # node passes the tokenizer's one. Token 4 is certain here and is the config's second end of sequence.
+    logits = torch.full((8,), -30.0)
+    logits[4] = 10.0
+    model = FixedLogits(logits)
+    model.generation_config = GenerationConfig(eos_token_id=[0, 4])
+    generator = TransformersGenerator(model, eos_token_ids=0, batch_size=4)
+    (group,) = generator.generate([np.array([1])], 3, SamplingSettings(1.0, 1.0, 0, 6), seed=0)
+    assert [(c.token_ids.tolist(), c.finish_reason) for c in group] == [([4], "stop")] * 3
+    assert stop_token_ids(model, 0) == {0, 4}  # what the vLLM backend stops at
 
 
 # --- greedy evaluation --------------------------------------------------------------------------------

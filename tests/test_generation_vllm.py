@@ -145,6 +145,15 @@ def test_outputs_become_completions_with_the_sampled_tokens_logprobs():
     assert to_generated(sample([5], tiny, "length"), stop, 1).sampler_logprobs.tolist() == [0.0]
 
 
+def test_an_end_of_sequence_on_the_last_allowed_token_is_a_stop_whatever_vllm_calls_it():
+    # vLLM ≥ 0.10.2 before PR #27555 says "length" when the EOS lands exactly at max_new_tokens
+    stop = frozenset({EOS, 3})
+    c = to_generated(sample([5, 6, 3], finish_reason="length"), stop, max_new_tokens=3)
+    assert c.finish_reason == "stop" and c.token_ids.tolist() == [5, 6, 3]
+    with pytest.raises(VllmOutputError, match="elsewhere"):  # before the limit, "length" with an EOS is still wrong
+        to_generated(sample([5, 6, 3], finish_reason="length"), stop, max_new_tokens=8)
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [

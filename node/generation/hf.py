@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
 
-from ftis.node.generation.types import GeneratedCompletion, check_request
+from ftis.node.generation.types import GeneratedCompletion, check_request, stop_token_ids
 from ftis.protocol import SamplingSettings
 
 # pick(logits (B, V) float32) -> (token ids (B,) int64, their log-probs under the drawing distribution (B,))
@@ -186,17 +186,17 @@ def _model_device(model: nn.Module) -> torch.device:
 def _resolve_special_ids(
     model: nn.Module, eos_token_ids: int | Sequence[int] | None, pad_token_id: int | None
 ) -> tuple[list[int], int]:
-    """End-of-sequence ids (several are common: Qwen's chat models stop at two) and the padding id,
-    from the arguments or else the model's generation config / config. Padding defaults to the first
-    end-of-sequence id: padded positions are masked, so any id serves."""
+    """End-of-sequence ids — those given plus the model's generation config's and config's, as the vLLM
+    backend stops at (``types.stop_token_ids``; several are common: Qwen's chat models stop at two) — and the
+    padding id, from the argument or else the configs. Padding defaults to the first given end-of-sequence
+    id: padded positions are masked, so any id serves."""
     configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
-    if eos_token_ids is None:
-        eos_token_ids = next((c.eos_token_id for c in configs if getattr(c, "eos_token_id", None) is not None), None)
-    if eos_token_ids is None:
-        raise ValueError("no eos_token_ids given and the model's config names none")
-    eos = [int(eos_token_ids)] if isinstance(eos_token_ids, int | np.integer) else [int(i) for i in eos_token_ids]
-    if not eos:
+    if eos_token_ids is not None and not isinstance(eos_token_ids, int | np.integer) and not list(eos_token_ids):
         raise ValueError("eos_token_ids is empty")
+    given = [] if eos_token_ids is None else [int(eos_token_ids)] if isinstance(eos_token_ids, int | np.integer) \
+        else [int(i) for i in eos_token_ids]
+    stops = stop_token_ids(model, eos_token_ids)  # ValueError when neither the arguments nor the configs name one
+    eos = [*dict.fromkeys(given), *sorted(stops - set(given))]
     if pad_token_id is None:
         pad_token_id = next((c.pad_token_id for c in configs if getattr(c, "pad_token_id", None) is not None), eos[0])
     return eos, int(pad_token_id)

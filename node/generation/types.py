@@ -11,9 +11,9 @@ The sampling settings are the protocol's ``SamplingSettings``: the ones a batch 
 are exactly the ones its completions were sampled with.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -130,3 +130,20 @@ def make_generator(kind: str, **kwargs) -> Generator:
     except KeyError:
         raise ValueError(f"unknown generator {kind!r}; known: {', '.join(sorted(GENERATORS))}") from None
     return build(**kwargs)
+
+
+def stop_token_ids(model: Any, eos_token_ids: int | Sequence[int] | None) -> frozenset[int]:
+    """The ids every backend stops at: those given, plus the end-of-sequence ids of the model's generation
+    config and config (vLLM reads the generation config's and stops there whatever the request says, and an
+    instruct model lists several: Qwen2.5-Instruct's are <|im_end|> and <|endoftext|>)."""
+    given = [] if eos_token_ids is None else [eos_token_ids] if isinstance(eos_token_ids, int | np.integer) \
+        else list(eos_token_ids)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    found: list[int] = [int(i) for i in given]
+    for config in (getattr(base, "generation_config", None), getattr(base, "config", None)):
+        ids = getattr(config, "eos_token_id", None)
+        if ids is not None:
+            found += [int(ids)] if isinstance(ids, int | np.integer) else [int(i) for i in ids]
+    if not found:
+        raise ValueError("no eos_token_ids given and the model's config names none")
+    return frozenset(found)

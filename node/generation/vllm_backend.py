@@ -18,9 +18,12 @@ kernels, so a seed reproduces vLLM's samples (on one engine, for one batch), not
 **What comes back.** Per sample: its token ids, each one's log-prob under the distribution it was drawn
 from (logits / T, then top-k and top-p, renormalised: ``processed_logprobs``), and the finish reason —
 "stop" when the last id is one of the stop ids (the model's end-of-sequence ids: those given, plus the
-ones its generation config names, at which vLLM stops too), "length" when ``max_new_tokens`` (or the
-engine's ``max_model_len``) cut it. Anything else — an aborted request, missing or non-finite log-probs —
-raises ``VllmOutputError``: a batch with made-up log-probs must not reach the swarm.
+ones its generation config and config name, at which vLLM stops too), "length" when ``max_new_tokens`` (or the
+engine's ``max_model_len``) cut it. A sample whose end-of-sequence id falls exactly on its
+``max_new_tokens``-th token is a "stop" (vLLM from 0.10.2 until vllm-project/vllm PR #27555 reports it as
+"length"; over hundreds of rounds that happens, and the node must not stop on it). Anything else — an
+aborted request, missing or non-finite log-probs — raises ``VllmOutputError``: a batch with made-up
+log-probs must not reach the swarm. The transformers backend stops at the same ids (``types.stop_token_ids``).
 
 **Weights.** The engine starts with the policy's weights (an export, ``vllm_engine.py``). The node sets
 ``policy_version`` after every optimizer step; the next ``generate`` first brings the engine to that version
@@ -41,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ftis.node.config import VllmConfig
-from ftis.node.generation.types import GeneratedCompletion, GenerationBackendError, check_request
+from ftis.node.generation.types import GeneratedCompletion, GenerationBackendError, check_request, stop_token_ids
 from ftis.protocol import SamplingSettings
 
 
@@ -185,6 +188,8 @@ def to_generated(sample: Any, stop_ids: frozenset[int], max_new_tokens: int) -> 
     if reason not in ("stop", "length"):
         raise VllmOutputError(f"a sample finished with {reason!r} (aborted?)")
     is_stop = np.isin(token_ids, sorted(stop_ids))  # (n,)
+    if reason == "length" and bool(is_stop[-1]) and n == max_new_tokens:
+        reason = "stop"  # vLLM ≥ 0.10.2 before PR #27555 calls an end of sequence at the last allowed token "length"
     if is_stop[:-1].any() or bool(is_stop[-1]) != (reason == "stop"):
         raise VllmOutputError(f"a sample finished with {reason!r} but its stop ids {sorted(stop_ids)} are "
                               "elsewhere than exactly at its end")
@@ -198,19 +203,3 @@ def request_seeds(seed: int | None, num_prompts: int, num_completions: int) -> l
         return [None] * num_prompts
     base = int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0])
     return [base + i * num_completions for i in range(num_prompts)]
-
-
-def stop_token_ids(model: Any, eos_token_ids: int | Sequence[int] | None) -> frozenset[int]:
-    """The ids vLLM stops at: those given, plus the end-of-sequence ids of the model's generation config and
-    config (vLLM reads the generation config's and stops there whatever the request says)."""
-    given = [] if eos_token_ids is None else [eos_token_ids] if isinstance(eos_token_ids, int | np.integer) \
-        else list(eos_token_ids)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    found: list[int] = [int(i) for i in given]
-    for config in (getattr(base, "generation_config", None), getattr(base, "config", None)):
-        ids = getattr(config, "eos_token_id", None)
-        if ids is not None:
-            found += [int(ids)] if isinstance(ids, int | np.integer) else [int(i) for i in ids]
-    if not found:
-        raise ValueError("no eos_token_ids given and the model's config names none")
-    return frozenset(found)
