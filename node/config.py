@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S, MAX_TEMPERATURE, MIN_TEMPERATURE
 
@@ -338,6 +338,22 @@ class SwarmConfig(_Section):
         None, description="Private key file: keeps the peer id and the announcement key across restarts."
     )
     client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
+
+    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
+    @classmethod
+    def _multiaddrs(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        """Parsed here, so that a typo is refused before a daemon starts or a model loads."""
+        from hivemind.utils.multiaddr import Multiaddr  # hivemind's own parser, imported only for given values
+
+        for value in values:
+            try:
+                address = Multiaddr(value)
+            except Exception as error:  # the parser raises several types, all meaning "not a multiaddr"
+                raise ValueError(f"{value!r} is not a multiaddr ({error})") from None
+            if info.field_name == "initial_peers" and "p2p" not in {p.name for p in address.protocols()}:
+                raise ValueError(f"{value!r} names no peer: a peer's full address ends in /p2p/<peer id> "
+                                 "(the bootstrap prints it)")
+        return values
     shards: int = Field(
         4, ge=1, le=256, description="DHT keys the run's announcements spread over; every peer of a run must use the "
         "same number. A read asks each DHT peer for ⌊√n⌋ keys in one answer of at most 4 MiB (~1,400 full "

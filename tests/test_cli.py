@@ -83,6 +83,25 @@ def test_join_with_a_bad_model_or_task_exits_with_an_error_line(args, message, t
     assert any(line.startswith("error: ") and message in line for line in result.stderr.splitlines()), result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--peer", "garbage"], "'garbage' is not a multiaddr"),
+        (["--peer", "/ip4/127.0.0.1/tcp/31337"], "names no peer"),  # no /p2p/<id>: nobody to ask
+        (["--host-maddrs", "/ip4/999.0.0.1/tcp/0"], "is not a multiaddr"),
+    ],
+)
+def test_join_refuses_a_bad_address_before_loading_a_model_or_starting_a_daemon(args, message, tmp_path,
+                                                                                 monkeypatch):
+    def never(*_args, **_kwargs):
+        raise AssertionError("the node was built")
+
+    monkeypatch.setattr("ftis.node.runner.join.build_node", never)
+    result = runner.invoke(app, ["join", *args, "--out", str(tmp_path / "out"), "--rounds", "1"])
+    assert result.exit_code == 2, result.output
+    assert any(line.startswith("error: ") and message in line for line in result.stderr.splitlines()), result.stderr
+
+
 def test_join_refuses_chat_template_on_for_a_model_without_one_before_joining(tmp_path):
     config = tmp_path / "node.toml"
     config.write_text('[model]\nname = "tiny-small"\nchat_template = "on"\n')

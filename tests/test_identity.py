@@ -1,6 +1,8 @@
 """Identity files: created once with owner-only permissions, one key behind both the peer id and
 the announcement signature, and a clear error for a file that is not an identity."""
 
+import logging
+import os
 import stat
 
 import pytest
@@ -57,3 +59,14 @@ def test_a_non_rsa_owner_key_proves_nothing():
     )
     with pytest.raises(IdentityError, match="not an RSA public key"):
         peer_id_of_owner(b"[owner:" + ssh + b"]")
+
+
+def test_an_existing_identity_readable_by_others_is_used_with_a_warning(tmp_path, caplog):
+    path = ensure_identity(tmp_path / "node.key")
+    with caplog.at_level(logging.WARNING, logger="ftis.node.swarm.identity"):
+        assert ensure_identity(path) == path
+        assert not caplog.records  # 0400, as created
+        os.chmod(path, 0o644)
+        assert ensure_identity(path) == path  # used all the same: the peer id is the user's
+    [record] = caplog.records
+    assert "mode 644" in record.getMessage() and "chmod 400" in record.getMessage()

@@ -6,6 +6,7 @@ on first use with owner-only permissions. Without a file, a node gets a fresh id
 """
 
 import hashlib
+import logging
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
+logger = logging.getLogger(__name__)
 _SHA256_MULTIHASH = bytes([0x12, 0x20])  # multihash prefix: sha2-256, 32 bytes
 
 
@@ -28,6 +30,10 @@ def ensure_identity(path: Path) -> Path:
     if path.exists():
         if not path.is_file():
             raise IdentityError(f"{path}: not a file")
+        loose = path.stat().st_mode & 0o077
+        if loose:
+            logger.warning("%s can be read or written by others (mode %o): whoever reads it can sign as this "
+                           "node; run chmod 400 on it", path, path.stat().st_mode & 0o777)
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
