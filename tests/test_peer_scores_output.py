@@ -84,9 +84,10 @@ def test_the_members_table_adds_the_nodes_scores_and_mutes(tmp_path):
     table = members_table(members, "run-x", now=NOW, view=read_peer_view(tmp_path))
     lines = table.splitlines()
     assert lines[1] == "scores: the node's view of round 12, 3 s ago"
-    assert lines[2].split() == ["peer", "id", "model", "adapter", "policy", "batches", "tokens", "last", "seen",
+    assert lines[2] == "the node: 0 failed announcements and 0 failed reads of the DHT since it started"
+    assert lines[3].split() == ["peer", "id", "model", "adapter", "policy", "batches", "tokens", "last", "seen",
                                 "score", "muted"]
-    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    rows = {line.split()[0]: line.split() for line in lines[4:]}
     assert rows[PEER_A][-2:] == ["0.95", "no"]
     assert rows[PEER_B][-4:] == ["0.20", "240", "s", "more"]
     assert rows["12D3KooWSelf"][-2:] == ["-", "-"]  # the node itself, or a member it has no record of

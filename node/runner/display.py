@@ -21,6 +21,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from ftis.node.runner.alone import ALONE_AFTER_S
+
 Record = Mapping[str, Any]
 
 
@@ -81,7 +83,16 @@ def summary_line(record: Record) -> str:
     traffic = f"sent {size(r['bytes_sent'])} recv {size(r['bytes_received'])}"
     muted = f"  muted {len(r['muted_peers'])}" if r["muted_peers"] else ""
     return (f"round {r['round']:>5}  v{r['train_policy_version']:<5} {rewards}  {groups}  {trained}  {speed}  "
-            f"{traffic}  rejected {_rejections(r['rejections'])}{muted}")
+            f"{traffic}  rejected {_rejections(r['rejections'])}{muted}{_contact(r)}")
+
+
+def _contact(r: Record) -> str:
+    """The node's contact with the swarm, when something is wrong with it."""
+    failures = r.get("announce_failures_total", 0) + r.get("poll_failures_total", 0)
+    text = f"  DHT failures {r.get('announce_failures_total', 0)}/{r.get('poll_failures_total', 0)}" if failures else ""
+    if r.get("alone_seconds", 0.0) >= ALONE_AFTER_S:
+        text += f"  ALONE for {r['alone_seconds']:.0f} s"
+    return text
 
 
 class TableDisplay:
@@ -121,6 +132,7 @@ class TableDisplay:
             caption += f"   muted peers: {len(latest['muted_peers'])}"
         if self._eval is not None:
             caption += f"   eval accuracy {self._eval[1]:.3f} at round {self._eval[0]}"
+        caption += _contact(latest)
         table = Table(title=f"ftis-node: last steps (policy v{latest['train_policy_version']})", caption=caption,
                       box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
         for name in _STEP_COLUMNS:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ftis.node.config import NodeConfig, TaskConfig
+from ftis.node.runner.alone import Alone
 from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.keeper import Keeper
 from ftis.node.runner.metrics import RunMetrics
@@ -100,13 +101,18 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
             nonlocal evaluated
             evaluated = evaluation.run_if_due(node, metrics.log)
 
+        alone = Alone()  # a node cut off from the swarm says so, loudly
         done = 0
         while rounds is None or done < rounds:
             evaluated = None
             report = node.run_round(evaluate, overlap)
             lap = clock.lap(report.seconds)
+            peers = len([m for m in node.transport.members() if m.peer_id != node.transport.peer_id])
+            if (warning := alone.check(peers + len(report.peer_groups_by_peer), report.transport)) is not None:
+                echo(warning)
             with clock.part("metrics"):
-                metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap)
+                metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap,
+                               alone_s=alone.seconds())
             done += 1
             with clock.part("checkpoint"):
                 keeper.after_round()

@@ -38,10 +38,11 @@ Record = dict[str, Any]
 
 
 def report_record(report: RoundReport, previous: TransportStats | None = None,
-                  eval_accuracy: float | None = None, loop: LoopLap | None = None) -> Record:
+                  eval_accuracy: float | None = None, loop: LoopLap | None = None, alone_s: float = 0.0) -> Record:
     """A flat, JSON-ready record of one step. ``previous`` is the transport snapshot of the step
     before (None for the first): per-step traffic and rejections are the differences from it. ``loop``:
-    the round's share of the run loop's wall time (``utilisation.py``), when the run loop measured it."""
+    the round's share of the run loop's wall time (``utilisation.py``), when the run loop measured it;
+    ``alone_s``: seconds since the node last saw a peer (``alone.py``)."""
     step = asdict(report.step)
     now, before = report.transport, previous or TransportStats()
     return {
@@ -78,6 +79,10 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
         "rejections_by_peer": _by_peer(now.rejections),
         "peer_scores": {peer: judged.score for peer, judged in report.scores.items()},
         "muted_peers": sorted(peer for peer, judged in report.scores.items() if judged.muted_until is not None),
+        "announce_failures_total": now.announce_failures,
+        "poll_failures_total": now.poll_failures,
+        "serves_turned_away_total": now.serves_turned_away,
+        "alone_seconds": alone_s,
         **(loop.record() if loop is not None else {}),
     }
 
@@ -117,6 +122,10 @@ _SCALARS = {
     "swarm/bytes_sent_total": "bytes_sent_total",
     "swarm/bytes_received_total": "bytes_received_total",
     "swarm/batches_received": "batches_received",
+    "swarm/announce_failures_total": "announce_failures_total",
+    "swarm/poll_failures_total": "poll_failures_total",
+    "swarm/serves_turned_away_total": "serves_turned_away_total",
+    "swarm/alone_seconds": "alone_seconds",
     "train/policy_version": "train_policy_version",
     "train/refused": "train_refused",  # 1: the loss or gradient was not finite, no optimizer step taken
     "loop/waited_seconds": "waited_seconds",
@@ -223,14 +232,17 @@ class RunMetrics:
         self.display: Display = make_display(config.display, echo, rows=config.table_rows, console=console)
         self._previous: TransportStats | None = None
 
-    def record(self, report: RoundReport, eval_accuracy: float | None = None, loop: LoopLap | None = None) -> Record:
+    def record(self, report: RoundReport, eval_accuracy: float | None = None, loop: LoopLap | None = None,
+               alone_s: float = 0.0) -> Record:
         """Write and show one step; ``eval_accuracy`` is the held-out accuracy when this step evaluated,
-        ``loop`` the round's share of the run loop's wall time."""
-        record = report_record(report, self._previous, eval_accuracy, loop)
+        ``loop`` the round's share of the run loop's wall time, ``alone_s`` the seconds since a peer was seen."""
+        record = report_record(report, self._previous, eval_accuracy, loop, alone_s)
         self._previous = report.transport
         self.log.write(record)
-        self._writer.submit(write_peer_view, self._folder, PeerView(
-            record["time"], report.round, report.scores, record["rejections_by_peer"]))  # for ftis-node status --node
+        self._writer.submit(write_peer_view, self._folder, PeerView(  # for ftis-node status --node
+            record["time"], report.round, report.scores, record["rejections_by_peer"],
+            announce_failures=report.transport.announce_failures, poll_failures=report.transport.poll_failures,
+            alone_seconds=alone_s))
         if self.tensorboard is not None:
             self._writer.submit(self.tensorboard.write, record)
         self.display.show(record)

@@ -7,7 +7,11 @@ sees the last step's view or the one before, never half of one:
 
     {"time": unix seconds of the step, "round": 12,
      "peers": {peer id: {"score": 0.93, "good": 11.2, "bad": 0.8, "muted_until": null, "mutes": 0,
-                         "rejections": {reason: count since the node started}}}}
+                         "rejections": {reason: count since the node started}}},
+     "dht": {"announce_failures": 0, "poll_failures": 0, "alone_seconds": 0.0}}
+
+``dht``: the node's failed announcements and reads of the DHT since it started, and the seconds since it
+last saw a peer (absent in a file an older node wrote: read as zeros).
 
 ``muted_until`` is unix seconds while the peer is muted, else null.
 """
@@ -33,6 +37,9 @@ class PeerView:
     round: int
     scores: dict[str, PeerScore]
     rejections: dict[str, dict[str, int]]  # peer id -> reason -> count since the node started
+    announce_failures: int = 0  # failed announcements since the node started
+    poll_failures: int = 0  # failed reads of the peers' announcements
+    alone_seconds: float = 0.0  # since the node last saw a peer
 
 
 def write_peer_view(folder: Path, view: PeerView) -> Path:
@@ -43,7 +50,9 @@ def write_peer_view(folder: Path, view: PeerView) -> Path:
     }
     for peer in view.rejections.keys() - view.scores.keys():  # refused only for reasons that are no evidence
         peers[peer] = {"rejections": dict(view.rejections[peer])}
-    data = {"time": view.time, "round": view.round, "peers": dict(sorted(peers.items()))}
+    data = {"time": view.time, "round": view.round, "peers": dict(sorted(peers.items())),
+            "dht": {"announce_failures": view.announce_failures, "poll_failures": view.poll_failures,
+                    "alone_seconds": view.alone_seconds}}
     return write_atomic(folder / PEER_VIEW_FILE, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
@@ -60,7 +69,11 @@ def read_peer_view(folder: Path) -> PeerView:
                 scores[peer] = PeerScore(score=float(entry["score"]), good=float(entry["good"]),
                                          bad=float(entry["bad"]), muted_until=None if until is None else float(until),
                                          mutes=int(entry["mutes"]))
-        view = PeerView(time=float(data["time"]), round=int(data["round"]), scores=scores, rejections=rejections)
+        dht = data.get("dht", {})
+        view = PeerView(time=float(data["time"]), round=int(data["round"]), scores=scores, rejections=rejections,
+                        announce_failures=int(dht.get("announce_failures", 0)),
+                        poll_failures=int(dht.get("poll_failures", 0)),
+                        alone_seconds=float(dht.get("alone_seconds", 0.0)))
     except FileNotFoundError:
         raise PeerViewError(f"{path} does not exist: is a node running with --out {folder}?") from None
     except OSError as error:

@@ -11,7 +11,7 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
     it mutes it ("-" for a member the node has no record of, such as itself)."""
     now = time.time() if now is None else now
     if not members:
-        return f"run {run_id!r}: no members are announcing"
+        return f"run {run_id!r}: no members are announcing" + ("" if view is None else "\n" + dht_line(view))
     header = ("peer id", "model", "adapter", "policy", "batches", "tokens", "last seen")
     rows = [
         (m.peer_id, m.model, m.adapter, str(m.policy_version), str(m.published_batches), str(m.published_tokens),
@@ -23,6 +23,7 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
         header += ("score", "muted")
         rows = [(*row, *_judgement(view, m.peer_id, now)) for row, m in zip(rows, members, strict=True)]
         lines.append(f"scores: the node's view of round {view.round}, {max(0.0, now - view.time):.0f} s ago")
+        lines.append(dht_line(view))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
               for row in [header, *rows]]
@@ -35,3 +36,12 @@ def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str]:
         return "-", "-"
     muted = f"{score.muted_until - now:.0f} s more" if muted_now(score, now) else "no"
     return f"{score.score:.2f}", muted
+
+
+def dht_line(view: PeerView) -> str:
+    """What the node counted of its own contact with the swarm."""
+    line = (f"the node: {view.announce_failures} failed announcements and {view.poll_failures} failed reads of "
+            "the DHT since it started")
+    if view.alone_seconds >= 60:
+        line += f"; NO PEER SEEN FOR {view.alone_seconds:.0f} s: it trains alone"
+    return line
