@@ -221,8 +221,10 @@ class GenerationConfig(_Section):
     )
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
                                description="Sampling temperature (the paper: 1); the protocol carries 0.1 to 10.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper).")
-    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper). The trained policy "
+                         "is the whole distribution at the temperature: below 1, even this node's own samples are "
+                         "off-policy (IS weights below 1).")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off. As top_p: on, it makes own samples off-policy.")
     max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")
     batch_size: int = Field(
         64, ge=1, description="Sequences per generation forward pass (transformers; vLLM batches by itself)."

@@ -1,4 +1,7 @@
-"""Sampler log-probs against a teacher-forced recompute: the check the vLLM backend's tests lean on.
+"""Sampler log-probs against a teacher-forced recompute of π_gen (logits / T, top-k, top-p: what the token
+was drawn from): the check that a backend records its sampling distribution faithfully, which the vLLM
+backend's tests lean on. The trainer computes π_θ (temperature only); the two agree when top-k and top-p
+are off (tests/test_generation.py checks that too).
 
     assert recompute_gap(model, PROMPTS, groups, sampling) <= 1e-4
 """

@@ -33,6 +33,9 @@ from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion,
 from ftis.node.generation.fake import _processed_logprobs as fake_processed_logprobs
 from ftis.node.generation.hf import TransformersGenerator, greedy, processed_logprobs
 from ftis.node.generation.types import stop_token_ids
+from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.packing import pack
 from ftis.protocol import (
     Group,
     PolicyInfo,
@@ -340,6 +343,29 @@ class FixedLogits(torch.nn.Module):
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None):
         B, T = input_ids.shape
         return type("Out", (), {"logits": self.logits.expand(B, T, -1)})()
+
+
+@pytest.mark.parametrize(("top_p", "top_k", "on_policy"), [(1.0, 0, True), (0.9, 0, False), (1.0, 5, False)])
+def test_own_samples_are_on_policy_for_the_trainer_only_without_top_k_and_top_p(model, top_p, top_k, on_policy):
+    # The trainer's π_θ is the model at the temperature alone; the sampler records π_gen, what it drew from.
+    generator = TransformersGenerator(model, eos_token_ids=EOS, pad_token_id=PAD, batch_size=16)
+    prompts = [np.array([1, 5, 6]), np.array([1, 7])]
+    groups = generator.generate(prompts, 8, SamplingSettings(0.9, top_p, top_k, 6), seed=3)
+    columns = [Group("g", TaskRef("t", "train", 0, ""), prompt, tuple(c.to_completion(0.0) for c in group)).columns
+               for prompt, group in zip(prompts, groups, strict=True)]
+    training = [TrainingGroup(f"g{k}", "me", prompt, cols, np.zeros(8), False, 0.9)
+                for k, (prompt, cols) in enumerate(zip(prompts, columns, strict=True))]
+    packed = pack(training, PAD)
+    training_mode = model.training
+    with torch.no_grad():
+        trained = completion_logprobs(model.eval(), packed)[packed.loss_mask]
+    model.train(training_mode)  # the module's model stays as the other tests expect it
+    sampled = packed.sampler_logprobs[packed.loss_mask]
+    weights = torch.exp(trained - sampled)  # π_θ / π_gen per token: the TIS weight before truncation
+    if on_policy:
+        assert torch.allclose(weights, torch.ones_like(weights), atol=1e-3)
+    else:
+        assert float(weights.max()) <= 1 + 1e-4 and float(weights.mean()) < 0.99  # a truncation: π_gen ≥ π_θ
 
 
 def test_tokens_are_drawn_from_the_processed_distribution():

@@ -6,7 +6,12 @@
 Why a loop of our own rather than ``model.generate``: the sampler log-probs are the point of this
 file, and here they are, in one place, exactly what the token was drawn from:
 ``processed_logprobs`` (logits / T, then top-k, then top-p, renormalised) feeds both the draw and the
-recorded log-prob. The trainer's recompute uses the same function on its own logits.
+recorded log-prob: π_gen, the distribution the token was drawn from. The trainer's π_θ is the model at
+the temperature alone (``trainer/logprobs.py``): the policy being trained is the whole distribution. With
+top-k and top-p off they are the same function; with either on, the sampler draws from a truncation of
+π_θ, so even a node's own fresh samples are off-policy by that much and their IS weight π_θold / π_gen
+falls below 1 (measured on a tiny model: a mean of ~0.90 at top-p 0.9, ~0.08 at top-k 5). The node says
+so when it starts (``runner/join.py``).
 
 Shape of the loop: all prompts × G, prompt-major, in chunks of ``batch_size`` sequences; each chunk is
 left-padded (so every row's next token sits in the last column), prefilled once, then decoded one

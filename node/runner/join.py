@@ -6,6 +6,7 @@ between rounds' operations; the last completed round is checkpointed and the mod
 and the transport is always closed (DHT and ``p2pd`` shut down).
 """
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ftis.node.runner.alone import Alone
 from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.keeper import Keeper
 from ftis.node.runner.metrics import RunMetrics
+from ftis.node.runner.mutes import MuteWatch
 from ftis.node.runner.node import Node
 from ftis.node.runner.overlap import Overlap
 from ftis.node.runner.periodic_eval import PeriodicEval
@@ -41,6 +43,10 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
                              lora_target_modules=m.lora_target_modules, dtype=m.dtype, device=m.device,
                              seed=m.seed, revision=m.revision)
     uses_chat_template(policy.tokenizer, m.chat_template)  # a bad setting fails here, before the swarm is joined
+    if echo is not None and (config.generation.top_p < 1 or config.generation.top_k > 0):
+        echo(f"note: top_p {config.generation.top_p:g} / top_k {config.generation.top_k}: the sampler draws from a "
+             "truncation of the policy being trained, so this node's own samples are off-policy too (their IS "
+             "weights fall below 1; see docs/loss.md)")
     task = build_task(config.task)
     if config.generation.backend == "vllm":  # the engine starts now, on the trainer's GPU, from its weights
         from ftis.node.generation.vllm_backend import VllmGenerator
@@ -102,6 +108,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
             evaluated = evaluation.run_if_due(node, metrics.log)
 
         alone = Alone()  # a node cut off from the swarm says so, loudly
+        mutes = MuteWatch()  # ...and each mute, with its likely reason
         done = 0
         while rounds is None or done < rounds:
             evaluated = None
@@ -111,8 +118,11 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
             if (warning := alone.check(peers + len(report.peer_groups_by_peer), report.transport)) is not None:
                 echo(warning)
             with clock.part("metrics"):
-                metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap,
-                               alone_s=alone.seconds())
+                record = metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy,
+                                        loop=lap, alone_s=alone.seconds())
+            g = node.config.loss.params(step=node.trainer.policy_version).divergence_threshold
+            for line in mutes.check(report.scores, record["rejections_by_peer"], time.time(), g):
+                echo(line)
             done += 1
             with clock.part("checkpoint"):
                 keeper.after_round()

@@ -7,8 +7,10 @@ from ftis.node.trainer.packing import PackedBatch
 
 
 def completion_logprobs(model: torch.nn.Module, batch: PackedBatch) -> Tensor:
-    """(B, T) log π(token_j | prompt, tokens_<j) with logits / temperature, like the sampler used;
-    carries the gradient. Padded positions hold garbage: the loss masks them.
+    """(B, T) log π_θ(token_j | prompt, tokens_<j) with logits / temperature (the sampler's), and no top-k or
+    top-p: the policy trained is the whole distribution (``generation/hf.py`` says what that means for the
+    IS weight when the sampler truncates it); carries the gradient. Padded positions hold garbage: the loss
+    masks them.
 
     Memory: the (B, L, V) logits are the one large tensor; the log-softmax is not materialised
     (the chosen logit minus the row's logsumexp).
