@@ -65,7 +65,7 @@ def test_command_line_overrides_rounds_and_solo():
 
 def test_each_nodes_file_is_a_valid_node_config_joined_to_the_bootstrap(tmp_path):
     config = load_demo_config()
-    maddr = "/ip4/127.0.0.1/tcp/4242/p2p/QmPeer"
+    maddr = "/ip4/127.0.0.1/tcp/4242/p2p/QmTkE4a7nvYSc1yUXpT54EuJ9HioRfWSseK7pedhojN5RW"
     for name, settings in config.node_settings().items():
         path = write_node_config(tmp_path / name, settings, "demo-run", maddr)
         node = load_config(path)

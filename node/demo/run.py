@@ -3,9 +3,9 @@
     run_demo(DemoRequest(), echo=print)  # what the command calls; see docs/demo.md
 
 In order:
-1. warm-up, here in the demo's own process: each distinct ``[model.warmup]`` recipe of the nodes is
-   trained once (or found in the cache, whose folder is printed), so the nodes, which ask the same cache,
-   only load it — three processes never train the same entry side by side;
+1. warm-up, before any node starts: each distinct ``[model.warmup]`` recipe of the nodes is trained once
+   (or found in the cache, whose folder is printed), several side by side in worker processes when the
+   machine has the cores, so the nodes, which ask the same cache, only load it;
 2. ``ftis-node bootstrap`` on 127.0.0.1, then one ``ftis-node join`` per node with its own config file
    in its own folder, torch threads capped per process;
 3. while they train, the nodes' ``metrics.jsonl`` files are followed and shown (``view.py``); a node or
@@ -16,10 +16,13 @@ In order:
 Every process it started is stopped when it ends, however it ends (``children.py``).
 """
 
+import multiprocessing
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,26 +115,45 @@ def replace_demo(config: DemoConfig, **changes: object) -> DemoConfig:
 
 def warm_up(nodes: Mapping[str, NodeConfig], threads: int, echo: Callable[[str], None]) -> None:
     """Train (or find in the cache) every distinct warm start the nodes ask for, once each, on ``threads``
-    torch threads (tiny models gain nothing from more, and lose much when other work shares the cores)."""
+    torch threads each (tiny models gain nothing from more, and lose much when other work shares the cores).
+    Two or more to train run side by side, one process each, as many at once as the machine has cores."""
     recipes = {name: config for name, config in nodes.items() if config.model.warmup.steps}
     if not recipes:
         return
+    from ftis.node.warmup import cache_key, cache_root, is_cached, warmup_spec
+
+    distinct: dict[tuple[Path, str], tuple[str, NodeConfig]] = {}
+    for name, config in recipes.items():
+        root = cache_root(config.model.warmup.cache_dir)
+        key = (root, cache_key(warmup_spec(config.model, config.task)))
+        if key in distinct:
+            echo(f"warm start of {name}: the same as {distinct[key][0]}'s")
+            continue
+        distinct[key] = (name, config)
+        echo(f"warm start of {name} ({config.model.name}), cache {root}")
+    to_train = [(name, config) for (root, key), (name, config) in distinct.items() if not is_cached(root, key)]
+    workers = min(len(to_train), os.cpu_count() or 1)
+    if workers < 2:  # nothing, or one, to train: here
+        for name, config in distinct.values():
+            _warm_start(name, config, threads, echo)
+        return
+    echo(f"training {len(to_train)} warm starts, {workers} at a time")
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in [pool.submit(_warm_start, name, config, threads) for name, config in to_train]:
+            done.result()  # a failed warm-up raises here, after the others finish
+    for name, config in distinct.values():  # every node's warm start, now from the cache: its line
+        _warm_start(name, config, threads, echo)
+
+
+def _warm_start(name: str, config: NodeConfig, threads: int, echo: Callable[[str], None] | None = None) -> None:
+    """One warm start, here or in a worker process (whose lines, prefixed with the node, go to its stdout)."""
     import torch
 
-    from ftis.node.warmup import cache_key, cache_root, warm_start, warmup_spec
+    from ftis.node.warmup import warm_start, warmup_spec
 
     torch.set_num_threads(threads)
-
-    done: set[tuple[Path, str]] = set()
-    for name, config in recipes.items():
-        spec = warmup_spec(config.model, config.task)
-        root = cache_root(config.model.warmup.cache_dir)
-        if (root, cache_key(spec)) in done:
-            echo(f"warm start of {name}: the same as an earlier node's")
-            continue
-        echo(f"warm start of {name} ({config.model.name}), cache {root}")
-        warm_start(spec, config.model.warmup.cache_dir, echo)
-        done.add((root, cache_key(spec)))
+    say = echo if echo is not None else lambda line: print(f"{name}: {line}", flush=True)
+    warm_start(warmup_spec(config.model, config.task), config.model.warmup.cache_dir, say)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,15 @@ Files:
 Importing this package imports torch and transformers.
 """
 
-from ftis.node.warmup.cache import WarmStart, WarmupCacheError, WarmupSpec, cache_key, cache_root, warm_start
+from ftis.node.warmup.cache import (
+    WarmStart,
+    WarmupCacheError,
+    WarmupSpec,
+    cache_key,
+    cache_root,
+    is_cached,
+    warm_start,
+)
 from ftis.node.warmup.data import WarmupDataError, demonstration
 from ftis.node.warmup.policy import load_warm_policy, warmup_spec
 from ftis.node.warmup.train import Progress, WarmupPlan, WarmupResult, greedy_accuracy, supervised_warmup
@@ -32,6 +40,7 @@ __all__ = [
     "cache_root",
     "demonstration",
     "greedy_accuracy",
+    "is_cached",
     "load_warm_policy",
     "supervised_warmup",
     "warm_start",

@@ -124,6 +124,11 @@ def _train_and_store(spec: WarmupSpec, folder: Path, say: Callable[[str], None])
     return result
 
 
+def is_cached(root: Path, key: str) -> bool:
+    """Whether the cache ``root`` holds a finished warm start under ``key`` (``warm_start`` checks its record)."""
+    return (root / key / RECORD_FILE).is_file()
+
+
 def _read(folder: Path, spec: WarmupSpec) -> WarmupResult | None:
     """The recorded result when ``folder`` holds a complete warm start of ``spec``; None when absent."""
     path = folder / RECORD_FILE
