@@ -94,7 +94,7 @@ def test_the_members_table_adds_the_nodes_scores_and_mutes(tmp_path):
 
 
 def test_status_with_a_folder_without_a_view_exits_before_joining(tmp_path):
-    result = CliRunner().invoke(app, ["status", "--peer", "/ip4/127.0.0.1/tcp/1/p2p/QmTkE4a7nvYSc1yUXpT54EuJ9HioRfWSseK7pedhojN5RW",
-                                      "--node", str(tmp_path)])
+    peer = "/ip4/127.0.0.1/tcp/1/p2p/QmTkE4a7nvYSc1yUXpT54EuJ9HioRfWSseK7pedhojN5RW"
+    result = CliRunner().invoke(app, ["status", "--peer", peer, "--node", str(tmp_path)])
     assert result.exit_code == 1
     assert "peers.json does not exist" in result.output

@@ -41,6 +41,7 @@ from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ftis.node.models.quiet import no_progress_bars
+from ftis.node.models.seeding import seeded
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 
@@ -264,6 +265,5 @@ def _add_lora(
         task_type="CAUSAL_LM", revision=revision,
     )
     devices = [model.device] if model.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), _quiet_peft():
-        torch.manual_seed(seed)  # A's random init: the same seed gives the same adapter
+    with seeded(seed, devices), _quiet_peft():  # A's random init: the same seed gives the same adapter
         return get_peft_model(model, config)

@@ -23,9 +23,9 @@ the saved ``tokenizer.json`` as it is, in this package and in anything else that
 
 from collections.abc import Callable
 
-import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, PreTrainedModel
 
+from ftis.node.models.seeding import seeded
 from ftis.node.models.tokenizer import BOS, EOS, PAD, VOCABULARY
 
 MAX_POSITIONS = 2048  # rotary embeddings have no weights: a long context costs nothing until used
@@ -76,12 +76,12 @@ TINY_MODELS: dict[str, Callable[[], PretrainedConfig]] = {
 def build_tiny_model(name: str, *, seed: int = 0) -> PreTrainedModel:
     """A tiny model with random weights drawn from ``seed``: the same name and seed give the same weights.
 
-    The caller's global RNG state is left as it was. Raises ``KeyError`` for an unknown name
+    The caller's global RNG state is left as it was, and threads building models at once get the same
+    weights as alone (``seeding.py``). Raises ``KeyError`` for an unknown name
     (``load_policy`` turns that into ``UnknownModelError``).
     """
     config = TINY_MODELS[name]()
     config._name_or_path = name  # what peft records as the adapter's base model
-    with torch.random.fork_rng(devices=[]):  # CPU RNG only; the weights are created on the CPU
-        torch.manual_seed(seed)
+    with seeded(seed):  # CPU RNG only (the weights are created on the CPU), one thread at a time
         model = AutoModelForCausalLM.from_config(config)
     return model.eval()

@@ -35,7 +35,7 @@ from typing import Any
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.warmup.train import Progress, WarmupPlan, WarmupResult, supervised_warmup
 
-CODE_VERSION = 2  # bump when train.py or data.py would make other weights from the same recipe
+CODE_VERSION = 3  # bump when train.py or data.py would make other weights from the same recipe
 RECORD_FILE = "warmup.json"
 CACHE_ENV = "FTIS_CACHE"
 
