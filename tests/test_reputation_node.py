@@ -56,15 +56,15 @@ def test_the_trainer_counts_each_peers_judged_and_divergence_filtered_completion
     assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0), "garbage": PeerFiltered(4, 4)}
 
 
-class ZeroLogprobs:
-    """A node's transport that publishes its batches claiming log-prob 0 on every token: a forger."""
+class Claims:
+    """A node's transport that publishes its batches claiming ``logprob`` on every token: a forger."""
 
-    def __init__(self, inner: Transport):
-        self._inner = inner
+    def __init__(self, inner: Transport, logprob: float):
+        self._inner, self._logprob = inner, logprob
 
     def publish(self, batch: RolloutBatch):
         groups = tuple(g.replace(completions=tuple(
-            replace(c, sampler_logprobs=np.zeros_like(c.sampler_logprobs)) for c in g.completions))
+            replace(c, sampler_logprobs=np.full_like(c.sampler_logprobs, self._logprob)) for c in g.completions))
             for g in batch.groups)
         return self._inner.publish(replace(batch, groups=groups))
 
@@ -78,7 +78,7 @@ def test_a_node_mutes_a_peer_with_made_up_logprobs_and_keeps_an_honest_peers_sco
     receiver = make_node(hub, "receiver", **settings)
     honest = make_node(hub, "honest", **settings)  # the receiver's model and seed: its log-probs agree
     forger = make_node(hub, "forger", seed=1, **settings)
-    forger.transport = ZeroLogprobs(forger.transport)
+    forger.transport = Claims(forger.transport, 0.0)  # log-prob 0 on every token
     reports = []
     for _ in range(4):  # every batch of the forger is divergence-filtered: muted after its second
         honest.run_round()
@@ -94,22 +94,6 @@ def test_a_node_mutes_a_peer_with_made_up_logprobs_and_keeps_an_honest_peers_sco
     # muted: its later batches are refused unfetched, and no group of it is trained on any more
     assert reports[-1].transport.rejections[("forger", MUTED)] >= 1
     assert "forger" not in reports[-1].peer_groups_by_peer and reports[-1].peer_groups_by_peer["honest"] > 0
-
-
-class Claims:
-    """A node's transport that publishes its batches claiming ``logprob`` on every token."""
-
-    def __init__(self, inner: Transport, logprob: float):
-        self._inner, self._logprob = inner, logprob
-
-    def publish(self, batch: RolloutBatch):
-        groups = tuple(g.replace(completions=tuple(
-            replace(c, sampler_logprobs=np.full_like(c.sampler_logprobs, self._logprob)) for c in g.completions))
-            for g in batch.groups)
-        return self._inner.publish(replace(batch, groups=groups))
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
 
 
 def test_a_step_its_peer_makes_not_finite_is_refused_the_peer_charged_and_the_node_goes_on():
