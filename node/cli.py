@@ -78,8 +78,17 @@ def _swarm_config(**settings: object) -> "SwarmConfig":
     return _validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
 
 
-RunId = Annotated[str | None, typer.Option("--run-id", help="The run to serve or read (default: ftis-demo).")]
-Shards = Annotated[int | None, typer.Option("--shards", help="DHT keys the run's announcements use (default 4).")]
+def _default(section: str, field: str) -> object:
+    """A config field's default, for a help string (the config is the one place defaults live)."""
+    from ftis.node import config
+
+    return getattr(config, section).model_fields[field].default
+
+
+RunId = Annotated[str | None, typer.Option(
+    "--run-id", help=f"The run to serve or read (default: {_default('SwarmConfig', 'run_id')}).")]
+Shards = Annotated[int | None, typer.Option(
+    "--shards", help=f"DHT keys the run's announcements use (default {_default('SwarmConfig', 'shards')}).")]
 
 
 @app.command("bootstrap")
@@ -193,8 +202,10 @@ def join_command(
     config_file: Annotated[Path | None, typer.Option("--config", help="A TOML config (see examples/).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Tiny name, folder or hub id.")] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", help="full or lora.")] = None,
-    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank r (default 128).")] = None,
-    lora_alpha: Annotated[float | None, typer.Option("--lora-alpha", help="LoRA alpha (default 256).")] = None,
+    lora_rank: Annotated[int | None, typer.Option(
+        "--lora-rank", help=f"LoRA rank r (default {_default('ModelConfig', 'lora_rank')}).")] = None,
+    lora_alpha: Annotated[float | None, typer.Option(
+        "--lora-alpha", help=f"LoRA alpha (default {_default('ModelConfig', 'lora_alpha'):g}).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
     run_id: RunId = None,
     identity: Annotated[Path | None, typer.Option("--identity", help="Key file: a stable peer id.")] = None,

@@ -33,7 +33,7 @@ class DemoSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rounds: int = Field(60, ge=1, description="Rounds every node runs (one optimizer step each).")
+    rounds: int = Field(150, ge=1, description="Rounds every node runs (one optimizer step each).")
     solo: bool = Field(
         True, description="Afterwards, run each node alone (on-policy, its own run) for as many rounds, from the "
         "same warm start and seed, and compare."
