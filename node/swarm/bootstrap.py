@@ -35,10 +35,9 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
         identity = scratch / "identity.key"
     try:
         dht, _ = start_dht(config, Path(identity), announce=False)
-    except Exception:
+    finally:  # p2pd has read a fresh key by now: nothing of it stays on disk, even if this process is killed
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        raise
     try:
         ready = time.monotonic()
         echo(f"bootstrap peer {dht.peer_id.to_base58()} for run {config.run_id!r} is up "
@@ -57,8 +56,6 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
                      f"members announcing in run {config.run_id!r}: {len(members)}")
     finally:
         dht.shutdown()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def _count_neighbours(_dht: object, node: object) -> int:

@@ -131,9 +131,8 @@ class HivemindTransport:
             identity = self._scratch / "identity.key"
         try:
             self._dht, self._owner = start_dht(config, identity, announce=True)
-        except SwarmError:
+        finally:  # p2pd and the signer have read a fresh key by now: nothing of it stays on disk, even if killed
             self._remove_scratch()
-            raise
         self._peer_id = self._dht.peer_id.to_base58()
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
