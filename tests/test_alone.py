@@ -5,6 +5,7 @@ Run: python -m pytest tests/test_alone.py -q
 """
 
 from metrics_fakes import report
+from swarm_helpers import FakeClock
 
 from ftis.node.runner.alone import Alone
 from ftis.node.runner.display import summary_line
@@ -14,16 +15,8 @@ from ftis.node.swarm.status import members_table
 from ftis.node.swarm.transport import TransportStats
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_node_without_peers_is_warned_after_a_while_and_again_every_few_minutes():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     alone = Alone(after_s=60, repeat_s=300, clock=clock)
     stats = TransportStats(announce_failures=3, poll_failures=5)
     assert alone.check(0, stats) is None  # just joined

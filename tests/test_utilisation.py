@@ -8,6 +8,7 @@ import pytest
 import torch
 from metrics_fakes import report
 from node_helpers import make_node
+from swarm_helpers import FakeClock
 
 from ftis.node.runner.metrics import report_record, tensorboard_scalars
 from ftis.node.runner.utilisation import (
@@ -25,16 +26,8 @@ from ftis.node.runner.utilisation import (
 from ftis.node.swarm.memory import MemoryHub
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_stopwatch_sums_each_part_over_its_runs():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     watch = Stopwatch(clock)
     for seconds in (1.0, 2.5):
         with watch.part("train"):
@@ -46,7 +39,7 @@ def test_a_stopwatch_sums_each_part_over_its_runs():
 
 
 def test_laps_tile_the_loop_and_loop_work_lands_in_the_next_lap():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     loop = LoopClock(clock)
     clock.now += 4.0  # round 0: generate 1, train 2, the rest unmeasured
     first = loop.lap({"generate": 1.0, "train": 2.0})
