@@ -1,4 +1,4 @@
-"""Fuzzing of the protocol decoders and of the node's announcement handling, at scale (issue #7).
+"""Fuzzing of the protocol decoders and of the node's announcement handling, at scale.
 
 Run (from the repo root):  python -m benchmarks.fuzz [--inputs N] [--seed S] [--out DIR]
 --inputs: how many inputs in all (default 100,000); --seed: the run's seed (default 0; the same seed

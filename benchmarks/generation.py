@@ -1,4 +1,4 @@
-"""Generation speed of the transformers backend on CPU, against the same model's ``model.generate`` (issue #8, item 7).
+"""Generation speed of the transformers backend on CPU, against the same model's ``model.generate``.
 
 Run (from the repo root):  python -m benchmarks.generation [--cases small,medium,...] [--threads 1,all]
     [--max-new-tokens 6,64] [--repeats N] [--larger] [--quick]

@@ -1,4 +1,4 @@
-"""Poisoning, measured (issue #7): an honest tiny-model node's held-out accuracy with and without an attacker
+"""Poisoning, measured: an honest tiny-model node's held-out accuracy with and without an attacker
 in its swarm, with the node's defences on and off.
 
 Run (from the repo root):  python -m benchmarks.poisoning [--rounds N] [--seeds 0 1 2] [--quick] [--out DIR]

@@ -1,4 +1,4 @@
-"""One F-TIS optimizer step against a plain GRPO step, on the same model and the same batch (issue #8, item 4).
+"""One F-TIS optimizer step against a plain GRPO step, on the same model and the same batch.
 
 Run (from the repo root):  python -m benchmarks.trainer [--cases small,medium,...] [--pairs N] [--threads N]
     [--max-new-tokens N] [--larger] [--quick]
@@ -36,7 +36,7 @@ Method:
    and the part of the step that differs between the variants, the loss and its backward pass down to
    the log-probs (on log-probs computed once), with ``LOSS_REPEATS`` times as many repetitions: cheap, so
    precise even on a loaded machine. Its difference over the plain step is the overhead F-TIS adds.
-Goal (issue #8): an F-TIS step ≤ 1.05 × a plain GRPO step.
+Goal: an F-TIS step ≤ 1.05 × a plain GRPO step.
 """
 
 import argparse

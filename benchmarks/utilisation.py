@@ -1,5 +1,5 @@
 """Node utilisation in the demo swarm: the share of each node's wall time spent generating or training
-(issue #8, item 5; goal ≥ 95%), and what takes the rest.
+(goal ≥ 95%), and what takes the rest.
 
 Run (from the repo root):  python -m benchmarks.utilisation [--rounds N] [--mode rounds|async] [--out DIR] [--quick]
 --rounds: rounds per node (default the demo's 100); --mode: the demo's ``rounds`` (lockstep: each round waits

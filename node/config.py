@@ -31,7 +31,7 @@ class _Section(BaseModel):
 
 
 class LossConfig(_Section):
-    """The F-TIS loss and its ablation variants (DESIGN §2)."""
+    """The F-TIS loss and its ablation variants (docs/loss.md)."""
 
     variant: LossVariant = Field("ftis", description="Loss variant: nois, vis, tis, ftis (default) or fvis.")
     clip_c: float = Field(2.0, gt=0, description="C, the TIS truncation of the weight π_θold/π_gen; inf disables it.")
@@ -92,7 +92,7 @@ class LossConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    """The optimizer step on each round's groups (DESIGN §2)."""
+    """The optimizer step on each round's groups (docs/loss.md)."""
 
     learning_rate: float | None = Field(
         None, gt=0, description="AdamW learning rate; default 1e-6 for full fine-tuning, 1e-4 for LoRA (the paper's)."
@@ -143,7 +143,7 @@ class WarmupConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """The policy this node trains (DESIGN §1): any size, full fine-tuning or LoRA."""
+    """The policy this node trains (docs/node.md): any size, full fine-tuning or LoRA."""
 
     name: str = Field("tiny-small", description="A built-in tiny model, a local folder, or a hub id.")
     adapter: Literal["full", "lora"] = Field("full", description="Train every weight, or a LoRA adapter.")
@@ -260,7 +260,7 @@ class EvalConfig(_Section):
 
 
 class LoopConfig(_Section):
-    """How rounds follow each other (DESIGN §1)."""
+    """How rounds follow each other (docs/node.md)."""
 
     mode: Literal["async", "rounds"] = Field(
         "async",
@@ -322,7 +322,7 @@ RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class SwarmConfig(_Section):
-    """Joining the swarm and exchanging batches with it (DESIGN §4)."""
+    """Joining the swarm and exchanging batches with it (docs/swarm.md)."""
 
     run_id: str = Field("ftis-demo", pattern=RUN_ID_PATTERN, description="Peers exchange batches only within a run.")
     initial_peers: list[str] = Field(

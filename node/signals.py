@@ -1,5 +1,5 @@
 """Process-level shutdown: SIGTERM ends a long-running command the way Ctrl-C does, so its
-``finally`` blocks shut the DHT and ``p2pd`` down instead of leaving them orphaned (DESIGN §4)."""
+``finally`` blocks shut the DHT and ``p2pd`` down instead of leaving them orphaned (docs/swarm.md)."""
 
 import signal
 import sys

@@ -1,4 +1,4 @@
-"""ftis.protocol: the wire format nodes exchange rollouts in (DESIGN §3). Imports neither torch
+"""ftis.protocol: the wire format nodes exchange rollouts in (docs/protocol.md). Imports neither torch
 nor hivemind, so a dashboard or another implementation can use it alone.
 
 Files:

@@ -24,7 +24,7 @@ MAX_TEMPERATURE = 10.0
 MAX_MAP_ENTRIES = 32  # keys in any map of the schema
 
 # Sampler log-probs travel quantised: q = round(-logprob / LOGPROB_STEP) as an unsigned integer of
-# 1 to 3 bytes, so the absolute error is at most LOGPROB_STEP / 2 < 1e-3 (DESIGN §3: an error of
+# 1 to 3 bytes, so the absolute error is at most LOGPROB_STEP / 2 < 1e-3 (docs/protocol.md: an error of
 # 1e-3 moves an IS ratio by 0.1%).
 LOGPROB_STEP = 2.0**-9
 MAX_LOGPROB_WIDTH = 3

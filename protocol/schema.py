@@ -1,4 +1,4 @@
-"""The decoded form of a rollout batch: batch → group → completion (DESIGN §3).
+"""The decoded form of a rollout batch: batch → group → completion (docs/protocol.md).
 
 Arrays are NumPy arrays: ids int64, ``sampler_logprobs`` float32; decoded ones are read-only views
 of one buffer per batch, so decoding copies nothing per group or completion. A group keeps its

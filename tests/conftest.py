@@ -2,7 +2,7 @@
 
 A hivemind ``DHT`` is a forked child process that starts its own ``p2pd``; a host killed with
 SIGKILL (or a test that fails half-way) leaves both running as orphans, which are no longer our
-children (DESIGN §4). To find them anyway, this session puts a fresh token in its environment
+children (docs/swarm.md). To find them anyway, this session puts a fresh token in its environment
 before anything starts: every process it starts, and everything those start (``p2pd`` included),
 inherits it. After each module that holds ``hivemind`` tests, the ``p2pd`` and Python processes
 carrying the token (or descending from this process) are killed, and a warning names them: a

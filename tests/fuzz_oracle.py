@@ -2,7 +2,7 @@
 
 - A refused input raises ``DecodeError`` naming a field, and nothing else (any other exception is a
   violation).
-- An accepted input is checked against every limit of ``protocol/limits.py`` and DESIGN §3, from the
+- An accepted input is checked against every limit of ``protocol/limits.py`` and docs/protocol.md, from the
   decoded object, independently of the decoder's own checks (``check_batch``, ``check_announcement``),
   and must survive ``decode(encode(x)) == x``.
 - Decoding allocates at most ``memory_bound(data)`` bytes at its peak (tracemalloc), refused or not.

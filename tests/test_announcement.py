@@ -82,7 +82,7 @@ def test_round_trip_at_the_name_limits():
 
 def test_typical_announcement_is_small():
     """What one peer keeps in the DHT: small, because DHT values of ~60 KiB crash hivemind's DHT
-    process and a shard's whole dictionary travels in one 4 MiB message (DESIGN §4).
+    process and a shard's whole dictionary travels in one 4 MiB message (docs/swarm.md).
 
     Measured: 2,220 bytes for MAX_ANNOUNCED_BATCHES realistic descriptors, about 120 bytes each of
     which 57 are the map's key names. The 2 KiB once aimed at is not met by this layout."""

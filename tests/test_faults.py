@@ -1,4 +1,4 @@
-"""The faults of issue #7 on a real swarm on 127.0.0.1 (marker ``hivemind``), each checked for its outcome.
+"""Faults on a real swarm on 127.0.0.1 (marker ``hivemind``), each checked for its outcome.
 
 Run: python -m pytest tests/test_faults.py -q   (2.5 min on 2 cores at load 15: mostly three `ftis-node join` starts)
 

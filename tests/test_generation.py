@@ -1,4 +1,4 @@
-"""Generation: the generator contract, and sampler log-probs that mean what DESIGN §2 says.
+"""Generation: the generator contract, and sampler log-probs that mean what docs/loss.md says.
 
 Run: python -m pytest tests/test_generation.py -q
 

@@ -1,4 +1,4 @@
-"""Horizontal grouping (DESIGN §2), piece by piece: the round's shared prompts agree across nodes, a shared
+"""Horizontal grouping (docs/loss.md), piece by piece: the round's shared prompts agree across nodes, a shared
 prompt's groups from several nodes form one advantage group (checked against a per-token loop over the
 union), a group that claims a shared id for another prompt is kept apart and counted, packing and
 micro-batching keep an advantage group whole, and the config refuses horizontal grouping outside

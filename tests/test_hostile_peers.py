@@ -1,4 +1,4 @@
-"""Hostile peers against real nodes on 127.0.0.1 (issue #7): one test per attack.
+"""Hostile peers against real nodes on 127.0.0.1: one test per attack.
 
 Run: python -m pytest tests/test_hostile_peers.py -q -s      (marker ``hivemind``; about 45 s; -s prints
 the measured figures of the garbage log-prob and flood cases)
@@ -318,7 +318,7 @@ def test_garbage_logprobs_are_divergence_filtered_and_bounded_by_truncation(worl
     loss_change = step.loss - clean.step.loss
     weight_change = max_change(weights(honest.node), weights(without))
     step_size = max_change(weights(without), start.parameters)
-    # Filtered completions still count in the batch mean (DESIGN §2): they only dilute the honest
+    # Filtered completions still count in the batch mean (docs/loss.md): they only dilute the honest
     # gradient by their share of the completions, which AdamW's normalisation mostly undoes.
     share = attacked / step.sequences
     print(f"\n[hostile] log-prob 0 / {MIN_LOGPROB:.0f} claims (ftis, g={G}): {attacked} of {step.sequences} "

@@ -1,4 +1,4 @@
-"""The edge cases DESIGN §2 names, each with the answer worked out in the test.
+"""The edge cases docs/loss.md names, each with the answer worked out in the test.
 
 Run: python -m pytest tests/test_loss_edges.py -q
 

@@ -1,4 +1,4 @@
-"""The five loss variants against the obvious slow one: a per-token Python loop written from DESIGN §2.
+"""The five loss variants against the obvious slow one: a per-token Python loop written from docs/loss.md.
 
 Run: python -m pytest tests/test_loss_reference.py -q
 

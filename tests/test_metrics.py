@@ -1,4 +1,4 @@
-"""A node's per-step metrics: the flat record (every figure of issue #4, per-step traffic and
+"""A node's per-step metrics: the flat record (every figure, per-step traffic and
 rejections as differences of the transport's cumulative counters), ``metrics.jsonl``, and TensorBoard
 event files read back record by record with tensorboardX's own event proto; then a real tiny-model
 pair of nodes writing all of it through ``RunMetrics``."""

@@ -3,8 +3,8 @@
 Run: python -m pytest tests/test_protocol_fixtures.py -q
 
 ``tests/fixtures/protocol/v1/<name>.msgpack`` holds bytes a v1 encoder wrote; ``<name>.json`` holds
-their decoded content, every field, log-probs as exact float values. The format is append-only
-(STYLE 6), so every later version of the decoder must read these bytes the same way: a failure here
+their decoded content, every field, log-probs as exact float values. The format is append-only,
+so every later version of the decoder must read these bytes the same way: a failure here
 means a change broke v1, not that the fixture needs regenerating. This test never writes them
 (``tests/fixtures/protocol/make_v1.py`` does, once). ``v1/invalid/*.bin`` must stay refused, with
 the field ``v1/invalid/index.json`` names.

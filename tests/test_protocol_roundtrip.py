@@ -3,7 +3,7 @@
 Run: python -m pytest tests/test_protocol_roundtrip.py -q
 
 Everything is exact except the sampler log-probs, which travel quantised to a step of 2^-9 and so come
-back within 2^-10 < 1e-3 (DESIGN §3: the precision the IS weight needs). Token ids and log-probs are
+back within 2^-10 < 1e-3 (docs/protocol.md: the precision the IS weight needs). Token ids and log-probs are
 drawn from a seeded NumPy generator rather than element by element, so that Hypothesis spends its
 budget on batch shapes and metadata and an example stays fast.
 """
@@ -252,7 +252,7 @@ def test_group_and_completion_order_is_kept():
 
 
 def test_wire_size_beats_eight_bytes_per_token():
-    """DESIGN §3: the paper's uint32 id + float32 log-prob is 8 bytes/token; v1 must do better even on
+    """docs/protocol.md: the paper's uint32 id + float32 log-prob is 8 bytes/token; v1 must do better even on
     incompressible ids (uniform over a 151,936-token vocabulary) and log-probs spread over [-40, 0]."""
     rng = np.random.default_rng(1)
     groups = tuple(

@@ -1,5 +1,5 @@
 """The token column stays under 4 bytes per completion token, with log-probs within 1e-3, on realistic
-rollouts (DESIGN §3: the paper sends ~8 B/token).
+rollouts (docs/protocol.md: the paper sends ~8 B/token).
 
 Run: python -m pytest tests/test_wire_size.py -q
 

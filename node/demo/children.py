@@ -9,7 +9,7 @@ Each child runs in a process group of its own (``process_group=0``), for two rea
 terminal reaches the demo alone, which then stops each child once, in order, with SIGTERM (a child
 that got SIGINT from the terminal *and* SIGTERM from the demo could be cut short inside its own
 shutdown); and a node's DHT process and ``p2pd`` are in its group, so a group that still has members
-after its leader exited (orphans: DESIGN §4) is found with ``killpg(group, 0)`` and killed whole.
+after its leader exited (orphans: docs/swarm.md) is found with ``killpg(group, 0)`` and killed whole.
 A child's standard output and error go to its log file, so the demo's terminal stays its own.
 """
 

@@ -1,4 +1,4 @@
-"""ftis.node.generation: sampling groups of completions with their sampler log-probs (DESIGN §2).
+"""ftis.node.generation: sampling groups of completions with their sampler log-probs (docs/loss.md).
 
 Files:
 - ``types.py``  the ``Generator`` interface, ``GeneratedCompletion``, the request checks every backend

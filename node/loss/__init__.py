@@ -1,4 +1,4 @@
-"""The F-TIS algorithm core: pure functions over tensors (DESIGN.md §2 is normative).
+"""The F-TIS algorithm core: pure functions over tensors (docs/loss.md).
 
 Files:
 - ``types.py``       ``LossInputs``, ``LossParams``, ``LossMetrics``, ``LossOutputs``: what goes in and out.

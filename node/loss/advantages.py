@@ -1,7 +1,7 @@
 """Vertical group advantages: Â_i = (r_i − mean(r)) / (std(r) + 1e-6) over the whole group.
 
 The group is every completion sharing a ``group_id``, including the ones the filter will drop
-(DESIGN §2). ``std`` is the sample standard deviation (Bessel's correction), as ``torch.std`` and
+(docs/loss.md). ``std`` is the sample standard deviation (Bessel's correction), as ``torch.std`` and
 TRL's GRPO compute it. A group whose rewards are all equal teaches nothing and is skipped; a group
 of one completion is such a group.
 """

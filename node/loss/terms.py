@@ -1,4 +1,4 @@
-"""The building blocks of every loss variant (DESIGN §2), each a pure function over tensors.
+"""The building blocks of every loss variant (docs/loss.md), each a pure function over tensors.
 
 Callers pass log-prob tensors already zeroed at padded positions (``variants.py`` does that first),
 so no NaN or inf from padding can reach a value or a gradient here.

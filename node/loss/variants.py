@@ -1,6 +1,6 @@
 """The five loss variants of the ablations, and the one table that names them.
 
-Every variant computes  L = −(1/N) Σ_i (1/|a_i|) Σ_t w_t · s_t · keep_i  (DESIGN §2) and differs only in
+Every variant computes  L = −(1/N) Σ_i (1/|a_i|) Σ_t w_t · s_t · keep_i  (docs/loss.md) and differs only in
 three choices, made explicitly in each function below:
 
 | variant | ratio R_t in s_t      | weight w_t                     | filter |

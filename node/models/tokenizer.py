@@ -12,7 +12,7 @@ Qwen2.5's tokenizer, encoding adds no special tokens; a character outside the al
 The tags are ordinary (non-special) added tokens: they are matched as one token each, and
 ``decode(..., skip_special_tokens=True)`` keeps them, which the reward functions need.
 
-``tokenizer_fingerprint`` identifies how any Hugging Face tokenizer maps text to ids (DESIGN §3: peers
+``tokenizer_fingerprint`` identifies how any Hugging Face tokenizer maps text to ids (docs/protocol.md: peers
 whose fingerprint differs cannot use each other's token ids).
 """
 

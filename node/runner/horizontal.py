@@ -1,4 +1,4 @@
-"""Horizontal grouping, the runner's side (DESIGN §2): all nodes of a run answer the same prompts in a
+"""Horizontal grouping, the runner's side (docs/loss.md): all nodes of a run answer the same prompts in a
 round, so that their completions for one prompt can form one advantage group (``trainer/horizontal.py``).
 
 - ``shared_problems``: problem k of round r is drawn by an RNG seeded with (swarm_seed, r, k) alone, so

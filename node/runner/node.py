@@ -1,5 +1,5 @@
 """One node's round: generate its groups, publish them, collect its peers', score everything with its
-own task, and take one F-TIS step on its own groups plus a fair mix of its peers' (DESIGN §1).
+own task, and take one F-TIS step on its own groups plus a fair mix of its peers' (docs/node.md).
 
 In the default ``async`` mode a round never waits for peers: it trains on whatever has arrived. In
 ``rounds`` mode it waits, up to ``loop.round_deadline_s``, until every live peer (announced within

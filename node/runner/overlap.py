@@ -1,6 +1,6 @@
-"""Work a node's round hands to helper threads, so that it overlaps generating and training (issue #8: node
-utilisation). The run loop (``join.run_node``) makes one ``Overlap`` and passes it to every round
-(``Node.run_round``); without one (tests, lockstep experiments) a round does all of it itself, in order.
+"""Work a node's round hands to helper threads, so that it overlaps generating and training.
+The run loop (``join.run_node``) makes one ``Overlap`` and passes it to every round (``Node.run_round``);
+without one (tests, lockstep experiments) a round does all of it itself, in order.
 
 - publishing: the round's batch is encoded and handed to the transport on the publisher's thread while the
   round goes on; the round waits for it after its step, so the round's report counts it as before;

@@ -1,4 +1,4 @@
-"""Rewards this node computes for a batch's groups, its own or a peer's (DESIGN §1, issue #4): the
+"""Rewards this node computes for a batch's groups, its own or a peer's (docs/node.md): the
 completion text is decoded with this node's tokenizer (same fingerprint as the generator's, or the
 batch was skipped earlier) and scored by this node's task against the gold answer it trusts. The
 generator's reward in the batch is advisory and never used.

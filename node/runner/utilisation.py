@@ -1,4 +1,4 @@
-"""Where a node's wall time goes: how much of it is generating or training (issue #8: node utilisation).
+"""Where a node's wall time goes: how much of it is generating or training.
 
     watch = Stopwatch()                 # inside a round (``Node.run_round``)
     with watch.part("generate"): ...    # RoundReport.seconds = watch.seconds

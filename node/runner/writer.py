@@ -1,5 +1,5 @@
 """A background thread for a node's output, so that the run loop only hands it over and goes on generating
-and training (issue #8: node utilisation): its files (``metrics.py``: ``metrics.jsonl``, ``peers.json``
+and training: its files (``metrics.py``: ``metrics.jsonl``, ``peers.json``
 written with an fsync, TensorBoard) and its round's batch (``join.py``: encoded and handed to the transport
 while the round trains, ``Node.run_round``).
 

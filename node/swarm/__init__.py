@@ -1,4 +1,4 @@
-"""ftis.node.swarm: finding peers and exchanging rollout batches with them (DESIGN §4).
+"""ftis.node.swarm: finding peers and exchanging rollout batches with them (docs/swarm.md).
 
 Files:
 - ``transport.py``          the ``Transport`` interface the node uses, and what it returns.

@@ -1,6 +1,6 @@
 """The real transport: signed announcements in a Hivemind DHT, payloads over libp2p streams.
 
-Shape (DESIGN §4): a peer stores one small signed announcement (``protocol/announcement.py``) under
+Shape (docs/swarm.md): a peer stores one small signed announcement (``protocol/announcement.py``) under
 its run's shard key and renews it before it expires; every ``poll_interval_s`` it reads all shards,
 checks each announcement was signed by the key of the peer it describes, and fetches the batches
 its ``Inbox`` wants over a P2P stream from that peer, concurrently, each under one deadline. All

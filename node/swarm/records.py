@@ -8,7 +8,7 @@ any number of padded ones) and whose value is at most an announcement's size, so
 a whole shard with a plain value or fill it alone; it refuses every key that is not one of the run's
 shard keys (the run's DHT stores nothing else). A third validator refuses a record that expires
 later than any peer may keep its announcement (``latest_expiration``). Every node, bootstrap peers
-included, installs all three (DESIGN §4), so such records are neither stored nor passed on.
+included, installs all three (docs/swarm.md), so such records are neither stored nor passed on.
 
 Sharding keeps what one DHT answer carries below hivemind's 4 MiB message limit. A full record is
 about 3 KB (a 16-batch announcement of ~2.2 KB, the 391-byte subkey with the public key, the

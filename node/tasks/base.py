@@ -2,7 +2,7 @@
 
 A task maps (split, index) to a problem deterministically, so that a node receiving a peer's group
 can look the problem up in its own copy and recompute the reward from the completion text (the
-generator's reward is advisory, DESIGN §2).
+generator's reward is advisory, docs/loss.md).
 """
 
 from dataclasses import dataclass

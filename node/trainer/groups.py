@@ -1,5 +1,5 @@
 """What the trainer trains on: groups of completions with this node's rewards and a flag saying
-whether the filter applies to them (DESIGN §2), and which of them share one advantage group.
+whether the filter applies to them (docs/loss.md), and which of them share one advantage group.
 
 A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
 groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the

@@ -1,4 +1,4 @@
-"""Horizontal grouping (DESIGN §2): every node generates its share G/k of the completions for each of
+"""Horizontal grouping (docs/loss.md): every node generates its share G/k of the completions for each of
 the round's shared prompts, and the advantage group of a prompt is the union of all their completions.
 
     merged = merge_shared([*own_groups, *peer_groups])
