@@ -12,6 +12,7 @@ announcement (which the DHT only accepts signed by the peer's key), then decodes
 strict and total like ``decode``: a ``DecodeError`` names the field, nothing is half built.
 """
 
+import builtins
 from dataclasses import dataclass
 
 import msgpack
@@ -43,7 +44,7 @@ class BatchDescriptor:
     groups: int
     tokens: int  # completion tokens
     bytes: int  # encoded size: a fetch refuses a payload that claims more
-    sha256: bytes  # of the encoded batch
+    sha256: builtins.bytes  # of the encoded batch (the field above shadows the type's name)
     policy_version: int
     created_at: float
 
@@ -100,18 +101,18 @@ def encode_announcement(announcement: Announcement) -> bytes:
 def decode_announcement(data: bytes) -> Announcement:
     body = unpack_message(data, KIND_ANNOUNCEMENT, MAX_ANNOUNCEMENT_BYTES)
     result = Announcement(
-        run_id=body.str("run_id", MAX_NAME_CHARS),
-        peer_id=body.str("peer_id", MAX_NAME_CHARS),
-        model=body.str("model", MAX_NAME_CHARS),
+        run_id=body.text("run_id", MAX_NAME_CHARS),
+        peer_id=body.text("peer_id", MAX_NAME_CHARS),
+        model=body.text("model", MAX_NAME_CHARS),
         adapter=body.choice("adapter", ADAPTERS),
-        tokenizer=body.str("tokenizer", MAX_NAME_CHARS),
-        policy_version=body.int("policy_version", 0, _INT64_MAX),
-        published_batches=body.int("published_batches", 0, _INT64_MAX),
-        published_tokens=body.int("published_tokens", 0, _INT64_MAX),
-        updated_at=body.float("updated_at", 0.0, _MAX_TIME),
+        tokenizer=body.text("tokenizer", MAX_NAME_CHARS),
+        policy_version=body.integer("policy_version", 0, _INT64_MAX),
+        published_batches=body.integer("published_batches", 0, _INT64_MAX),
+        published_tokens=body.integer("published_tokens", 0, _INT64_MAX),
+        updated_at=body.number("updated_at", 0.0, _MAX_TIME),
         batches=tuple(
             _descriptor(FieldReader(value, f"body.batches[{i}]"))
-            for i, value in enumerate(body.list("batches", 0, MAX_ANNOUNCED_BATCHES))
+            for i, value in enumerate(body.array("batches", 0, MAX_ANNOUNCED_BATCHES))
         ),
     )
     body.done()
@@ -122,17 +123,17 @@ def decode_announcement(data: bytes) -> Announcement:
 
 
 def _descriptor(reader: FieldReader) -> BatchDescriptor:
-    sha256 = reader.bytes("sha256", SHA256_BYTES)
+    sha256 = reader.blob("sha256", SHA256_BYTES)
     if len(sha256) != SHA256_BYTES:
         raise DecodeError(reader.path("sha256"), f"must be {SHA256_BYTES} bytes")
     result = BatchDescriptor(
-        seq=reader.int("seq", 0, MAX_SEQ),
-        groups=reader.int("groups", 1, MAX_GROUPS),
-        tokens=reader.int("tokens", 1, MAX_BATCH_TOKENS),
-        bytes=reader.int("bytes", 1, MAX_PAYLOAD_BYTES),
+        seq=reader.integer("seq", 0, MAX_SEQ),
+        groups=reader.integer("groups", 1, MAX_GROUPS),
+        tokens=reader.integer("tokens", 1, MAX_BATCH_TOKENS),
+        bytes=reader.integer("bytes", 1, MAX_PAYLOAD_BYTES),
         sha256=sha256,
-        policy_version=reader.int("policy_version", 0, _INT64_MAX),
-        created_at=reader.float("created_at", 0.0, _MAX_TIME),
+        policy_version=reader.integer("policy_version", 0, _INT64_MAX),
+        created_at=reader.number("created_at", 0.0, _MAX_TIME),
     )
     reader.done()
     return result

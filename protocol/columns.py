@@ -70,7 +70,7 @@ def _unpack(raw: bytes, offset: int, count: int, width: int, dtype: type) -> np.
     # zero-padded (count, 4) array.
     assert width == 3, width
     buffer = raw if offset + 3 * count < len(raw) else raw + b"\0"
-    values = np.ndarray((count,), "<u4", buffer, offset, (3,)).astype(dtype)
+    values: np.ndarray = np.ndarray((count,), "<u4", buffer, offset, (3,)).astype(dtype)
     values &= 0xFFFFFF
     return values
 

@@ -74,10 +74,10 @@ def unpack_message(data: bytes, kind: str, max_bytes: int) -> FieldReader:
     if len(data) > max_bytes:
         raise DecodeError("payload", f"{len(data)} bytes is over the {max_bytes}-byte limit")
     envelope = FieldReader(_unpack(data), "")
-    version = envelope.int("v", 0, _INT64_MAX)
+    version = envelope.integer("v", 0, _INT64_MAX)
     if version not in SUPPORTED_VERSIONS:
         raise DecodeError("v", f"unknown protocol version {version}; this build reads {sorted(SUPPORTED_VERSIONS)}")
-    found = envelope.str("kind", MAX_NAME_CHARS)
+    found = envelope.text("kind", MAX_NAME_CHARS)
     if found != kind:
         raise DecodeError("kind", f"expected a {kind!r} message, got {found!r}")
     body = envelope.map("body")
@@ -155,20 +155,20 @@ class _Layout:
 
 
 def _batch(body: FieldReader) -> RolloutBatch:
-    run_id = body.str("run_id", MAX_NAME_CHARS)
-    peer_id = body.str("peer_id", MAX_NAME_CHARS)
-    seq = body.int("seq", 0, MAX_SEQ)
-    created_at = body.float("created_at", 0.0, _MAX_TIME)
+    run_id = body.text("run_id", MAX_NAME_CHARS)
+    peer_id = body.text("peer_id", MAX_NAME_CHARS)
+    seq = body.integer("seq", 0, MAX_SEQ)
+    created_at = body.number("created_at", 0.0, _MAX_TIME)
     policy = _policy(body.map("policy"))
     tokenizer = _tokenizer(body.map("tokenizer"))
     sampling = _sampling(body.map("sampling"))
     layout = _layout(body.map("groups"), body.map("completions"), sampling.max_new_tokens)
     tokens = body.map("tokens")
-    ids_width = tokens.int("id_width", 1, 3)
+    ids_width = tokens.integer("id_width", 1, 3)
     if ids_width != id_width(tokenizer.vocab_size):
         raise DecodeError(tokens.path("id_width"), f"must be {id_width(tokenizer.vocab_size)} for this vocab_size")
-    q_width = tokens.int("logprob_width", 1, MAX_LOGPROB_WIDTH)
-    data = tokens.bytes("data", MAX_PAYLOAD_BYTES)
+    q_width = tokens.integer("logprob_width", 1, MAX_LOGPROB_WIDTH)
+    data = tokens.blob("data", MAX_PAYLOAD_BYTES)
     tokens.done()
     body.done()
     ids, q = unpack_columns(tokens.path("data"), data, layout.num_ids, layout.num_logprobs, ids_width, q_width)
@@ -179,10 +179,10 @@ def _batch(body: FieldReader) -> RolloutBatch:
 
 def _policy(reader: FieldReader) -> PolicyInfo:
     result = PolicyInfo(
-        model=reader.str("model", MAX_NAME_CHARS),
-        revision=reader.str("revision", MAX_NAME_CHARS, allow_empty=True),
+        model=reader.text("model", MAX_NAME_CHARS),
+        revision=reader.text("revision", MAX_NAME_CHARS, allow_empty=True),
         adapter=reader.choice("adapter", ADAPTERS),
-        policy_version=reader.int("policy_version", 0, _INT64_MAX),
+        policy_version=reader.integer("policy_version", 0, _INT64_MAX),
     )
     reader.done()
     return result
@@ -190,8 +190,8 @@ def _policy(reader: FieldReader) -> PolicyInfo:
 
 def _tokenizer(reader: FieldReader) -> TokenizerInfo:
     result = TokenizerInfo(
-        fingerprint=reader.str("fingerprint", MAX_NAME_CHARS),
-        vocab_size=reader.int("vocab_size", 1, MAX_VOCAB_SIZE),
+        fingerprint=reader.text("fingerprint", MAX_NAME_CHARS),
+        vocab_size=reader.integer("vocab_size", 1, MAX_VOCAB_SIZE),
     )
     reader.done()
     return result
@@ -199,10 +199,10 @@ def _tokenizer(reader: FieldReader) -> TokenizerInfo:
 
 def _sampling(reader: FieldReader) -> SamplingSettings:
     result = SamplingSettings(
-        temperature=reader.float("temperature", MIN_TEMPERATURE, MAX_TEMPERATURE),
-        top_p=reader.float("top_p", 1e-9, 1.0),
-        top_k=reader.int("top_k", 0, MAX_VOCAB_SIZE),
-        max_new_tokens=reader.int("max_new_tokens", 1, MAX_COMPLETION_TOKENS),
+        temperature=reader.number("temperature", MIN_TEMPERATURE, MAX_TEMPERATURE),
+        top_p=reader.number("top_p", 1e-9, 1.0),
+        top_k=reader.integer("top_k", 0, MAX_VOCAB_SIZE),
+        max_new_tokens=reader.integer("max_new_tokens", 1, MAX_COMPLETION_TOKENS),
     )
     reader.done()
     return result
@@ -210,7 +210,7 @@ def _sampling(reader: FieldReader) -> SamplingSettings:
 
 def _column(reader: FieldReader, key: str, dtype: str, count: int) -> np.ndarray:
     itemsize = np.dtype(dtype).itemsize
-    raw = reader.bytes(key, itemsize * count)
+    raw = reader.blob(key, itemsize * count)
     if len(raw) != itemsize * count:
         raise DecodeError(reader.path(key), f"holds {len(raw)} bytes, expected {count} values of {itemsize} bytes")
     return np.frombuffer(raw, dtype)
@@ -222,18 +222,18 @@ def _in_range(reader: FieldReader, key: str, values: np.ndarray, low: int, high:
 
 
 def _layout(groups: FieldReader, completions: FieldReader, max_new_tokens: int) -> _Layout:
-    group_ids = groups.list("group_id", 1, MAX_GROUPS)
+    group_ids = groups.array("group_id", 1, MAX_GROUPS)
     k = len(group_ids)
-    groups.str_list("group_id", k, MAX_NAME_CHARS)
+    groups.text_list("group_id", k, MAX_NAME_CHARS)
     if len(set(group_ids)) != k:
         raise DecodeError(groups.path("group_id"), "group ids must be unique within a batch")
     tasks = [
         trusted(TaskRef, dataset=dataset, split=split, index=index, answer=answer)
         for dataset, split, index, answer in zip(
-            groups.str_list("dataset", k, MAX_NAME_CHARS),
-            groups.str_list("split", k, MAX_NAME_CHARS, allow_empty=True),
-            groups.int_list("index", k, 0, _INT64_MAX),
-            groups.str_list("answer", k, MAX_ANSWER_CHARS, allow_empty=True),
+            groups.text_list("dataset", k, MAX_NAME_CHARS),
+            groups.text_list("split", k, MAX_NAME_CHARS, allow_empty=True),
+            groups.integer_list("index", k, 0, _INT64_MAX),
+            groups.text_list("answer", k, MAX_ANSWER_CHARS, allow_empty=True),
             strict=True,
         )
     ]

@@ -27,7 +27,7 @@ class FieldReader:
     def map(self, key: str) -> "FieldReader":
         return FieldReader(self._get(key), self._at(key))
 
-    def str(self, key: str, max_chars: int, *, allow_empty: bool = False) -> str:
+    def text(self, key: str, max_chars: int, *, allow_empty: bool = False) -> str:
         value = self._get(key)
         if type(value) is not str:
             raise DecodeError(self._at(key), f"expected a string, got {type(value).__name__}")
@@ -38,12 +38,12 @@ class FieldReader:
         return value
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
-        value = self.str(key, max(len(c) for c in choices))
+        value = self.text(key, max(len(c) for c in choices))
         if value not in choices:
             raise DecodeError(self._at(key), f"must be one of {choices}, got {value!r}")
         return value
 
-    def int(self, key: str, low: int, high: int) -> int:
+    def integer(self, key: str, low: int, high: int) -> int:
         value = self._get(key)
         if type(value) is not int:  # bool is an int subclass: refused too
             raise DecodeError(self._at(key), f"expected an integer, got {type(value).__name__}")
@@ -51,7 +51,7 @@ class FieldReader:
             raise DecodeError(self._at(key), f"must be in [{low}, {high}], got {value}")
         return value
 
-    def float(self, key: str, low: float, high: float) -> float:
+    def number(self, key: str, low: float, high: float) -> float:
         """A finite number in [low, high]; an integer is accepted (other encoders write 1.0 as 1)."""
         value = self._get(key)
         if type(value) not in (float, int):
@@ -61,16 +61,16 @@ class FieldReader:
             raise DecodeError(self._at(key), f"must be a finite number in [{low}, {high}], got {value}")
         return value
 
-    def str_list(self, key: str, count: int, max_chars: int, *, allow_empty: bool = False) -> list[str]:
-        values = self.list(key, count, count)
+    def text_list(self, key: str, count: int, max_chars: int, *, allow_empty: bool = False) -> list[str]:
+        values = self.array(key, count, count)
         for i, value in enumerate(values):
             if type(value) is not str or len(value) > max_chars or not (value or allow_empty):
                 raise DecodeError(f"{self._at(key)}[{i}]", f"expected a {'' if allow_empty else 'non-empty '}"
                                   f"string of at most {max_chars} characters, got {_describe(value)}")
         return values
 
-    def int_list(self, key: str, count: int, low: int, high: int) -> list[int]:
-        values = self.list(key, count, count)
+    def integer_list(self, key: str, count: int, low: int, high: int) -> list[int]:
+        values = self.array(key, count, count)
         for i, value in enumerate(values):
             if type(value) is not int or not low <= value <= high:
                 raise DecodeError(
@@ -78,7 +78,7 @@ class FieldReader:
                 )
         return values
 
-    def bytes(self, key: str, max_bytes: int, *, multiple_of: int = 1) -> bytes:
+    def blob(self, key: str, max_bytes: int, *, multiple_of: int = 1) -> bytes:
         value = self._get(key)
         if type(value) is not bytes:
             raise DecodeError(self._at(key), f"expected binary data, got {type(value).__name__}")
@@ -88,7 +88,7 @@ class FieldReader:
             raise DecodeError(self._at(key), f"length {len(value)} is not a multiple of {multiple_of}")
         return value
 
-    def list(self, key: str, min_items: int, max_items: int) -> list[Any]:
+    def array(self, key: str, min_items: int, max_items: int) -> list[Any]:
         value = self._get(key)
         if type(value) is not list:
             raise DecodeError(self._at(key), f"expected an array, got {type(value).__name__}")

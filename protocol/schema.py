@@ -115,7 +115,8 @@ class CompletionColumns:
         """Columns from ``Completion`` objects; ``EncodeError`` (field ``completions[c]...``) for a
         completion whose parts are not 1-D arrays of matching length, a non-numeric reward or an unknown
         finish reason. Values (id ranges, log-prob signs) are checked by ``encode``, over whole columns."""
-        ids, logprobs = [], []
+        ids: list[np.ndarray] = []
+        logprobs: list[np.ndarray] = []
         for c, completion in enumerate(completions):
             token_ids = np.asarray(completion.token_ids)
             sampler_logprobs = np.asarray(completion.sampler_logprobs)
@@ -154,6 +155,8 @@ class Group:
     group_id: str
     task: TaskRef
     prompt_ids: np.ndarray  # (p,) int64: exactly the ids the generator conditioned on
+    _completions: tuple[Completion, ...] | None  # at least one of these two is set
+    _columns: CompletionColumns | None
 
     def __init__(self, group_id: str, task: TaskRef, prompt_ids: np.ndarray, completions: tuple[Completion, ...]):
         _set = object.__setattr__
@@ -177,26 +180,30 @@ class Group:
     @property
     def completions(self) -> tuple[Completion, ...]:
         if self._completions is None:
+            assert self._columns is not None
             object.__setattr__(self, "_completions", self._columns.to_completions())
+        assert self._completions is not None
         return self._completions
 
     @property
     def columns(self) -> CompletionColumns:
         if self._columns is None:
+            assert self._completions is not None
             object.__setattr__(self, "_columns", CompletionColumns.from_completions(self._completions))
+        assert self._columns is not None
         return self._columns
 
     def replace(self, **changes: Any) -> "Group":
         """A copy with some of ``group_id``, ``task``, ``prompt_ids``, ``completions`` changed (what
         ``dataclasses.replace`` does for the other schema classes)."""
         fields = {"group_id": self.group_id, "task": self.task, "prompt_ids": self.prompt_ids}
-        if "completions" not in changes and self._completions is None:
+        if "completions" not in changes and self._columns is not None and self._completions is None:
             return Group.from_columns(**{**fields, **changes}, columns=self._columns)
         return Group(**{**fields, "completions": self.completions, **changes})
 
     @property
     def size(self) -> int:
-        return len(self._completions) if self._completions is not None else len(self._columns)
+        return len(self._completions) if self._completions is not None else len(self.columns)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Group is immutable: cannot set {name!r}")
@@ -214,7 +221,7 @@ class Group:
             and self.completions == other.completions
         )
 
-    __hash__ = None  # mutable-free but array-holding: no hash, like the dataclasses with eq=False
+    __hash__ = None  # type: ignore[assignment]  # mutable-free but array-holding: no hash, like the dataclasses with eq=False
 
     def __repr__(self) -> str:
         return f"Group(group_id={self.group_id!r}, task={self.task!r}, prompt_ids=<{len(self.prompt_ids)} ids>, " \
