@@ -290,11 +290,14 @@ def eval_command(
     split: Annotated[str | None, typer.Option("--split", help='The split (default "test", held out).')] = None,
     data: Annotated[Path | None, typer.Option("--data", help="JSONL file of the split (GSM8K, MATH-500).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N problems (default: all).")] = None,
-    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Default 256.")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help="Default 64.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        "--max-new-tokens", min=1, help=f"Default {_default('GenerationConfig', 'max_new_tokens')}.")] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", min=1, help=f"Default {_default('GenerationConfig', 'batch_size')}.")] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", help="LoRA: lora (as is) or full (merged).")] = None,
     chat_template: Annotated[str | None, typer.Option("--chat-template", help="auto, on or off.")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, ... (default cpu).")] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help=f"cpu, cuda, ... (default {_default('ModelConfig', 'device')}).")] = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = None,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="A node's config: its task, model and eval settings.")
@@ -404,11 +407,13 @@ def _validated(model_class: type, data: dict) -> Any:
     """``model_class`` validated from ``data``; each problem printed as ``error: field: reason``, exit 2."""
     from pydantic import ValidationError
 
+    from ftis.node.config import validation_problems
+
     try:
         return model_class.model_validate(data)
     except ValidationError as error:
-        for problem in error.errors():
-            typer.echo(f"error: {'.'.join(str(p) for p in problem['loc'])}: {problem['msg']}", err=True)
+        for problem in validation_problems(error):
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2) from None
 
 

@@ -1,5 +1,8 @@
 """The node's typed config tree: pydantic models with ``extra="forbid"``, each setting documented
-once, here. Later parts of the node (swarm, trainer, generation) add their sections beside ``loss``.
+once, here. The demo's file (``demo/settings.py``) and the experiment's grid (``experiment/grid.py``)
+are built from the same sections and share this module's mechanism: ``Section`` (the base of every
+section), ``merged`` (a partial table laid over another), ``read_toml`` and
+``describe_validation_error`` (every problem as ``loc.path: reason``).
 
 Load a TOML file with ``load_config(path)``; ``examples/*.toml`` are parsed by the test suite, so
 they cannot rot. This module imports no torch: ``LossConfig.params`` builds the loss's plain
@@ -8,10 +11,23 @@ they cannot rot. This module imports no torch: ``LossConfig.params`` builds the 
 
 import math
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict
 
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S, MAX_TEMPERATURE, MIN_TEMPERATURE
 
@@ -26,11 +42,49 @@ class ConfigError(ValueError):
     """A config file that cannot be read or does not validate; the message lists every problem."""
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """The base of every config section: an unknown key is an error (a typo never passes silently), and a
+    loaded config cannot change."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class LossConfig(_Section):
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid over ``base``: nested tables merge key by key, anything else is replaced."""
+    result = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
+    """Each problem of ``error`` as ``loc.path: reason``, the path under ``prefix`` when given; a problem of
+    the whole model is ``(root): reason`` (or ``prefix: reason``)."""
+    problems = []
+    for item in error.errors():
+        loc = ".".join(([prefix] if prefix else []) + [str(part) for part in item["loc"]])
+        problems.append(f"{loc or '(root)'}: {item['msg']}")
+    return problems
+
+
+def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
+    """Every problem of ``error`` on one line: ``loc.path: reason; ...`` (see ``validation_problems``)."""
+    return "; ".join(validation_problems(error, prefix))
+
+
+def partial_of(model: type[BaseModel], name: str) -> type:
+    """A TypedDict of any of ``model``'s fields, each with its type, constraints and description there, and no
+    other key: an override laid over a whole ``model`` later. A value is the plain dict that was written
+    (``model``'s cross-field checks run on the merged result, not here)."""
+    fields = {key: Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
+              for key, field in model.model_fields.items()}
+    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))
+
+
+class LossConfig(Section):
     """The F-TIS loss and its ablation variants (docs/loss.md)."""
 
     variant: LossVariant = Field("ftis", description="Loss variant: nois, vis, tis, ftis (default) or fvis.")
@@ -91,7 +145,7 @@ class LossConfig(_Section):
         )
 
 
-class TrainerConfig(_Section):
+class TrainerConfig(Section):
     """The optimizer step on each round's groups (docs/loss.md)."""
 
     learning_rate: float | None = Field(
@@ -107,7 +161,71 @@ class TrainerConfig(_Section):
         return self.learning_rate if self.learning_rate is not None else (1e-4 if adapter == "lora" else 1e-6)
 
 
-class WarmupConfig(_Section):
+ARITHMETIC_OPERATIONS = "+-*"
+MAX_ARITHMETIC_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
+MAX_ARITHMETIC_OPERANDS = 16
+
+
+def _operations(value: str) -> str:
+    if len(set(value)) != len(value) or not set(value) <= set(ARITHMETIC_OPERATIONS):
+        raise ValueError(f"must be distinct characters of {ARITHMETIC_OPERATIONS!r}, got {value!r}")
+    return value
+
+
+_Operations = Annotated[str, AfterValidator(_operations)]  # a type, so that partial_of keeps the check
+
+
+class ArithmeticConfig(Section):
+    """The synthetic arithmetic task (``tasks/arithmetic.py``): its problems are a pure function of these
+    settings, the split and the index, and its dataset name spells them, so peers with other settings never
+    match a problem."""
+
+    min_digits: int = Field(1, ge=1, description="Fewest digits of an operand in train, dev and test.")
+    max_digits: int = Field(2, ge=1, description="Most digits of an operand in train, dev and test.")
+    operations: _Operations = Field(
+        "+-", min_length=1, description='The operations of train, dev and test: distinct characters of "+-*".'
+    )
+    operands: int = Field(
+        2, ge=2, le=MAX_ARITHMETIC_OPERANDS, description='Numbers per problem ("1+2*3" has 3); * before + and -.'
+    )
+    ood_extra_digits: int = Field(
+        1, ge=0, description="OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train's."
+    )
+    ood_operations: _Operations = Field(
+        "", description="Operations held out of train, dev and test; every OOD problem uses at least one of them."
+    )
+    seed: int = Field(0, description="Seeds the problems and which split each one falls in.")
+    format: Literal["plain", "tags"] = Field(  # the names of tasks/arithmetic.py's FORMATS (a test checks)
+        "plain", description='"plain": "12+34=" answered "46" and the end; "tags": the paper\'s '
+        "<think> … </think><answer> … </answer> format, checked as GSM8K's."
+    )
+    operand_draw: Literal["length", "value"] = Field(
+        "length", description='"length": a digit count uniform in [min_digits, max_digits], then a number of that '
+        'length; "value": every number with min_digits…max_digits digits equally likely.'
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ArithmeticConfig":
+        if self.min_digits > self.max_digits or self.max_digits + self.ood_extra_digits > MAX_ARITHMETIC_DIGITS:
+            raise ValueError(f"need min_digits <= max_digits, max_digits + ood_extra_digits <= "
+                             f"{MAX_ARITHMETIC_DIGITS}; got {self.min_digits}, {self.max_digits}, "
+                             f"{self.ood_extra_digits}")
+        if set(self.ood_operations) & set(self.operations):
+            raise ValueError("ood_operations must be held out, i.e. not among operations")
+        if self.ood_extra_digits == 0 and not self.ood_operations:
+            raise ValueError("the ood split must differ: set ood_extra_digits > 0 or ood_operations")
+        return self
+
+    def overridden(self, override: Mapping[str, object]) -> "ArithmeticConfig":
+        """These settings with ``override``'s laid over them, checked again (the warm-up's data mix)."""
+        return ArithmeticConfig.model_validate({**self.model_dump(), **override})
+
+
+# Any of ArithmeticConfig's settings: the warm-up's data mix, laid over [task].arithmetic.
+ArithmeticOverride = partial_of(ArithmeticConfig, "ArithmeticOverride")
+
+
+class WarmupConfig(Section):
     """A supervised warm start of a built-in tiny model on arithmetic before training (``node/warmup/``), so its
     rewards start neither all 0 nor all 1. The warmed weights are cached on disk, keyed by the model's name and
     seed and every setting here but ``cache_dir``; a LoRA node warms its base model, then adds the adapter."""
@@ -129,9 +247,9 @@ class WarmupConfig(_Section):
         0.0, ge=0, le=1, description="Share of the warm-up's addition problems redrawn until they need no carry: "
         "a specialist that has rarely seen a carry."
     )
-    arithmetic: dict[str, object] = Field(
-        default_factory=dict, description="The warm-up's data mix: arithmetic settings that replace [task].arithmetic "
-        'ones for the warm-up only, e.g. {operations = "+"} for a specialist.'
+    arithmetic: ArithmeticOverride = Field(  # type: ignore[valid-type]  # a TypedDict made at run time
+        default_factory=dict, description="The warm-up's data mix: any of [task].arithmetic's settings, replacing the "
+        'task\'s for the warm-up only, e.g. {operations = "+"} for a specialist.'
     )
     eval_problems: int = Field(
         200, ge=1, description="Distinct held-out problems greedy accuracy is measured on (dev for the stop, test "
@@ -142,7 +260,7 @@ class WarmupConfig(_Section):
     )
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The policy this node trains (docs/node.md): any size, full fine-tuning or LoRA."""
 
     name: str = Field("tiny-small", description="A built-in tiny model, a local folder, or a hub id.")
@@ -162,7 +280,7 @@ class ModelConfig(_Section):
     warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="Supervised warm start (tiny models).")
 
 
-class TaskConfig(_Section):
+class TaskConfig(Section):
     """What the node trains on and how it scores completions (its own and its peers')."""
 
     name: Literal["gsm8k", "math500", "arithmetic"] = Field("arithmetic", description="The task.")
@@ -170,15 +288,15 @@ class TaskConfig(_Section):
     data_files: dict[str, str] = Field(
         default_factory=dict, description="Local JSONL file per split (GSM8K, MATH-500); default: the hub."
     )
-    arithmetic: dict[str, object] = Field(
-        default_factory=dict, description="Settings of the synthetic arithmetic task (digits, operations...)."
+    arithmetic: ArithmeticConfig = Field(
+        default_factory=ArithmeticConfig, description="The synthetic arithmetic task's settings."
     )
     trust_peer_answers: bool = Field(
         False, description="Score a peer's group against its own gold answer when this node lacks the problem."
     )
 
 
-class VllmConfig(_Section):
+class VllmConfig(Section):
     """The vLLM generation backend (``generation.backend = "vllm"``: the ``[vllm]`` extra, a GPU). The engine runs
     in the node's process on the trainer's GPU and takes the trainer's weights after every optimizer step."""
 
@@ -207,7 +325,7 @@ class VllmConfig(_Section):
     )
 
 
-class GenerationConfig(_Section):
+class GenerationConfig(Section):
     """Sampling this node's own groups."""
 
     backend: Literal["transformers", "vllm"] = Field(
@@ -232,7 +350,7 @@ class GenerationConfig(_Section):
     vllm: VllmConfig = Field(default_factory=VllmConfig, description="The vLLM backend's settings.")
 
 
-class MixConfig(_Section):
+class MixConfig(Section):
     """Which received groups a step trains on, beside the node's own."""
 
     max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
@@ -241,7 +359,7 @@ class MixConfig(_Section):
                                   "most of a step's peer groups.")
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     """Periodic greedy evaluation on a held-out split while training (also ``ftis-node eval --config``'s
     defaults). Results go into ``metrics.jsonl`` as records with ``eval_accuracy``."""
 
@@ -259,7 +377,7 @@ class EvalConfig(_Section):
     batch_size: int | None = Field(None, ge=1, description="Sequences per forward pass; unset: generation's.")
 
 
-class LoopConfig(_Section):
+class LoopConfig(Section):
     """How rounds follow each other (docs/node.md)."""
 
     mode: Literal["async", "rounds"] = Field(
@@ -292,7 +410,7 @@ class LoopConfig(_Section):
         return self
 
 
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     """What a node writes and shows each step (``metrics.jsonl`` is always written in its folder)."""
 
     display: Literal["auto", "table", "lines"] = Field(
@@ -304,7 +422,7 @@ class MetricsConfig(_Section):
     tensorboard: bool = Field(True, description="Also write TensorBoard event files in the node folder's tensorboard/.")
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """Checkpoints in the node folder's ``checkpoints/`` (what ``--resume`` continues from) and the Hugging
     Face export in its ``export/``. A checkpoint is also written, and the model exported, when the node stops."""
 
@@ -321,7 +439,7 @@ class CheckpointConfig(_Section):
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class SwarmConfig(_Section):
+class SwarmConfig(Section):
     """Joining the swarm and exchanging batches with it (docs/swarm.md)."""
 
     run_id: str = Field("ftis-demo", pattern=RUN_ID_PATTERN, description="Peers exchange batches only within a run.")
@@ -418,7 +536,7 @@ class SwarmConfig(_Section):
                                   mute_below=self.mute_below, mute_s=self.mute_s, mute_max_s=self.mute_max_s)
 
 
-class NodeConfig(_Section):
+class NodeConfig(Section):
     """Everything a node is configured with."""
 
     loss: LossConfig = Field(default_factory=LossConfig, description="The training loss.")
@@ -440,6 +558,17 @@ class NodeConfig(_Section):
                              f"got {self.model.name!r} on {self.task.name!r}")
         return self
 
+    @model_validator(mode="after")
+    def _warmup_mix_is_valid(self) -> "NodeConfig":
+        """Each key of the warm-up's mix is checked where it is written; the cross-field checks need the task's."""
+        try:
+            self.task.arithmetic.overridden(self.model.warmup.arithmetic)
+        except ValidationError as error:
+            where = "model.warmup.arithmetic over task.arithmetic"
+            raise PydanticCustomError("warmup_mix", "{problems}",
+                                      {"problems": describe_validation_error(error, where)}) from None
+        return self
+
 
 def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:
     """The TOML file ``path`` as a dict; ``error`` (a message naming the file) if unreadable or not TOML."""
@@ -458,7 +587,4 @@ def load_config(path: str | Path) -> NodeConfig:
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors()
-        )
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {describe_validation_error(error)}") from None

@@ -1,12 +1,22 @@
-"""The config tree: every example parses, defaults agree with the loss, bad input is refused."""
+"""The config tree: every example parses, defaults agree with the loss, bad input is refused when the file
+loads (the arithmetic task's settings and the warm-up's mix over them too), and problems read ``loc: reason``."""
 
 import math
 from pathlib import Path
 from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 
-from ftis.node.config import ConfigError, LossConfig, LossVariant, NodeConfig, load_config
+from ftis.node.config import (
+    ArithmeticConfig,
+    ConfigError,
+    LossConfig,
+    LossVariant,
+    NodeConfig,
+    describe_validation_error,
+    load_config,
+)
 from ftis.node.loss import LOSS_VARIANTS, LossParams
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.toml"))
@@ -104,3 +114,62 @@ def test_the_full_example_lists_every_setting_at_its_default():
 
     example = tomllib.loads((Path(__file__).resolve().parent.parent / "examples" / "node.toml").read_text())
     assert _missing_or_different(example, NodeConfig().model_dump(mode="json")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[task]\narithmetic = { max_digts = 3 }", "task.arithmetic.max_digts: Extra inputs"),
+        ("[task.arithmetic]\noperations = '+/'", "task.arithmetic.operations"),
+        ("[task.arithmetic]\noperand_draw = 'uniform'", "task.arithmetic.operand_draw"),
+        ("[task.arithmetic]\noperands = 1", "task.arithmetic.operands"),
+        ("[model.warmup]\narithmetic = { max_digts = 3 }", "model.warmup.arithmetic.max_digts: Extra inputs"),
+        ("[model.warmup]\narithmetic = { operands = 'two' }", "model.warmup.arithmetic.operands"),
+        ("[model.warmup]\narithmetic = { operations = '++' }", "model.warmup.arithmetic.operations"),
+    ],
+)
+def test_a_bad_arithmetic_setting_fails_at_load_naming_its_key(tmp_path, text, field):
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[task.arithmetic]\nmin_digits = 3\nmax_digits = 2", r"task\.arithmetic: .*min_digits <= max_digits"),
+        ("[task.arithmetic]\nmax_digits = 30", r"task\.arithmetic: .*max_digits \+ ood_extra_digits <= 30"),
+        ("[task.arithmetic]\nood_operations = '+'", "ood_operations must be held out"),
+        ("[task.arithmetic]\nood_extra_digits = 0", "the ood split must differ"),
+        # each key of the warm-up's mix is fine alone; laid over the task's settings they contradict
+        ("[task.arithmetic]\nmax_digits = 1\n[model.warmup]\narithmetic = { min_digits = 2 }",
+         r"model\.warmup\.arithmetic over task\.arithmetic: .*min_digits <= max_digits"),
+        ("[model.warmup]\narithmetic = { ood_operations = '-' }", r"model\.warmup\.arithmetic over .*held out"),
+    ],
+)
+def test_contradicting_arithmetic_settings_fail_at_load(tmp_path, text, says):
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=says):
+        load_config(path)
+
+
+def test_the_warmup_mix_keeps_only_what_it_sets_and_lays_it_over_the_task():
+    config = NodeConfig.model_validate({"task": {"arithmetic": {"max_digits": 3}},
+                                        "model": {"warmup": {"arithmetic": {"operations": "+"}}}})
+    assert config.model.warmup.arithmetic == {"operations": "+"}  # a partial table, as written
+    assert config.task.arithmetic == ArithmeticConfig(max_digits=3)
+    mix = config.task.arithmetic.overridden(config.model.warmup.arithmetic)
+    assert (mix.operations, mix.max_digits) == ("+", 3)
+
+
+def test_a_validation_error_reads_as_located_problems():
+    with pytest.raises(ValidationError) as caught:
+        NodeConfig.model_validate({"loss": {"clip": 1}, "generation": {"group_size": 0}})
+    assert describe_validation_error(caught.value) == (
+        "loss.clip: Extra inputs are not permitted; generation.group_size: Input should be greater than or equal to 1")
+    with pytest.raises(ValidationError) as caught:
+        ArithmeticConfig(min_digits=2, max_digits=1)
+    assert describe_validation_error(caught.value).startswith("(root): Value error, need min_digits")
+    assert describe_validation_error(caught.value, "task.arithmetic").startswith("task.arithmetic: Value error")

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
-from ftis.node.config import ConfigError, load_config
+from ftis.node.config import ConfigError, load_config, merged
 from ftis.node.demo.launch import LOOPBACK, DemoError, join_args, write_node_config
 from ftis.node.demo.run import DemoRequest, _with_overrides, run_demo
-from ftis.node.demo.settings import load_demo_config, merged
+from ftis.node.demo.settings import load_demo_config
 from ftis.node.demo.toml_file import TomlWriteError, dumps
 
 

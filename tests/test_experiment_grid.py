@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from experiment_grids import QUICK
 
-from ftis.node.experiment.grid import GridError, load_grid
+from ftis.node.config import ModelConfig
+from ftis.node.experiment.grid import GridError, ModelSpec, load_grid
 
 GRID = load_grid()
 
@@ -95,6 +96,9 @@ def test_a_minimal_grid_loads(tmp_path):
     (("rounds = 2", "rounds = 2\ncolour = 'red'"), "colour"),
     (("[conditions]", "[node.generation]\ngroup_size = 0\n[conditions]"), "generation.group_size"),
     (("[models.m]", "[models.'bad name']"), "must match"),
+    (("warmup = { steps = 2 }", "warmup = { steps = 2, arithmetic = { max_digts = 1 } }"),
+     r"models\.m\.warmup\.arithmetic\.max_digts"),
+    (("[conditions]", "[node.task]\narithmetic = { max_digts = 1 }\n[conditions]"), r"task\.arithmetic\.max_digts"),
 ])
 def test_bad_grids_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(GridError, match=message):
@@ -121,3 +125,18 @@ def test_an_unreadable_grid_file_is_a_grid_error(tmp_path):
         load_grid(tmp_path / "missing.toml")
     with pytest.raises(GridError, match="not valid TOML"):
         load_grid(write(tmp_path, "seeds = ["))
+
+
+def test_a_model_spec_takes_the_node_s_lora_settings():
+    for field in ("adapter", "lora_rank", "lora_alpha"):
+        assert ModelSpec.model_fields[field].default == ModelConfig.model_fields[field].default
+    assert ModelSpec.model_fields["lora_rank"].metadata == ModelConfig.model_fields["lora_rank"].metadata
+
+
+def test_a_full_model_s_unused_lora_settings_leave_its_cells_alone(tmp_path):
+    changed = MINIMAL.replace("warmup = { steps = 2 }", "warmup = { steps = 2 }\nlora_rank = 4")
+    assert load_grid(write(tmp_path, changed)).fingerprint("alone") == load_grid(
+        write(tmp_path, MINIMAL)).fingerprint("alone")
+    lora = MINIMAL.replace("warmup = { steps = 2 }", "warmup = { steps = 2 }\nadapter = 'lora'")
+    assert load_grid(write(tmp_path, lora)).fingerprint("alone") != load_grid(
+        write(tmp_path, lora.replace("adapter = 'lora'", "adapter = 'lora'\nlora_rank = 4"))).fingerprint("alone")

@@ -33,6 +33,8 @@ warmup = { steps = 2, batch_size = 4, eval_problems = 4 }
 [models.b]
 name = "tiny-small"
 adapter = "lora"
+lora_rank = 16  # the node's default (128) is more than a tiny model takes
+lora_alpha = 32.0
 learning_rate = 1e-3
 warmup = { steps = 2, batch_size = 4, eval_problems = 4, arithmetic = { operations = "+-" } }
 [conditions]

@@ -5,8 +5,11 @@ reward in both formats.
 Run: python -m pytest tests/test_tasks_arithmetic.py -q
 """
 
+from typing import get_args
+
 import pytest
 
+from ftis.node.config import ArithmeticConfig
 from ftis.node.tasks import (
     ArithmeticSettings,
     ArithmeticTask,
@@ -16,7 +19,7 @@ from ftis.node.tasks import (
     UnknownSplitError,
     arithmetic,
 )
-from ftis.node.tasks.arithmetic import evaluate
+from ftis.node.tasks.arithmetic import FORMATS, evaluate
 from ftis.node.tasks.tags import tagged_completion
 
 
@@ -95,6 +98,16 @@ def test_ood_holds_out_an_operation():
 def test_bad_settings_are_refused(settings):
     with pytest.raises(TaskError):
         ArithmeticSettings(**settings)
+
+
+def test_the_config_names_exactly_the_answer_formats_of_the_table():
+    assert set(get_args(ArithmeticConfig.model_fields["format"].annotation)) == set(FORMATS)
+
+
+def test_settings_are_the_config_s_fields_and_refuse_an_unknown_one():
+    assert ArithmeticSettings() == ArithmeticSettings(**ArithmeticConfig().model_dump())
+    with pytest.raises(TypeError, match="max_digts"):
+        ArithmeticSettings(max_digts=3)
 
 
 def test_names_spell_the_settings():

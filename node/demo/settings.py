@@ -14,24 +14,29 @@ demo's to set (``swarm.initial_peers``, ``swarm.run_id``): a file that sets them
 """
 
 import re
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from ftis.node.config import RUN_ID_PATTERN, ConfigError, NodeConfig
+from ftis.node.config import (
+    RUN_ID_PATTERN,
+    ConfigError,
+    NodeConfig,
+    Section,
+    describe_validation_error,
+    merged,
+    read_toml,
+)
 
 PACKAGED_CONFIG = "config.toml"  # package data of ftis.node.demo
 NODE_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"  # a folder name and a table column
 _DEMO_OWNS = ("initial_peers", "run_id")  # [swarm] settings the demo sets for every node
 
 
-class DemoSection(BaseModel):
+class DemoSection(Section):
     """How the demo runs its processes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rounds: int = Field(150, ge=1, description="Rounds every node runs (one optimizer step each).")
     solo: bool = Field(
@@ -49,8 +54,8 @@ class DemoSection(BaseModel):
     )
 
 
-class DemoConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DemoConfig(Section):
+    """The whole file: ``[demo]``, ``[common]`` and one ``[nodes.<name>]`` table per node."""
 
     demo: DemoSection = Field(default_factory=DemoSection, description="The demo itself.")
     common: dict[str, Any] = Field(default_factory=dict, description="Node settings every node shares.")
@@ -70,9 +75,7 @@ class DemoConfig(BaseModel):
             try:
                 NodeConfig.model_validate(settings)
             except ValidationError as error:
-                problems = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}"
-                                     for item in error.errors())
-                raise ValueError(f"nodes.{name}: {problems}") from None
+                raise ValueError(f"nodes.{name}: {describe_validation_error(error)}") from None
         return self
 
     def node_settings(self) -> dict[str, dict[str, Any]]:
@@ -83,34 +86,11 @@ class DemoConfig(BaseModel):
         return {name: NodeConfig.model_validate(settings) for name, settings in self.node_settings().items()}
 
 
-def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` laid over ``base``: nested tables merge key by key, anything else is replaced."""
-    result = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = merged(result[key], value)
-        else:
-            result[key] = value
-    return result
-
-
 def load_demo_config(path: str | Path | None = None) -> DemoConfig:
     """The demo's settings from ``path``, or the packaged file; ``ConfigError`` says what is wrong."""
-    if path is None:
-        text, where = resources.files("ftis.node.demo").joinpath(PACKAGED_CONFIG).read_text("utf-8"), PACKAGED_CONFIG
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{where}: not valid TOML ({error})") from None
+    path = Path(path) if path is not None else Path(str(resources.files("ftis.node.demo") / PACKAGED_CONFIG))
+    data = read_toml(path)
     try:
         return DemoConfig.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in item['loc']) or '(root)'}: {item['msg']}"
-                             for item in error.errors())
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(f"{path}: {describe_validation_error(error)}") from None

@@ -14,10 +14,10 @@ every model starts from the same warm start in every cell (seeded by ``warmup_se
 all start from one pretrained checkpoint), so a condition and the reference differ only in what the
 condition changes.
 
-A cell's *fingerprint* hashes everything that decides its result (the node settings, the models, the
-condition, rounds, evaluation, the warm-up seed) but not the number of seeds nor the other conditions:
-more seeds or another condition later reuse the cells already done, while a cell of other settings is
-never mistaken for one of these.
+A cell's *fingerprint* hashes everything that decides its result (the node settings, the models but a
+full model's unused LoRA settings, the condition, rounds, evaluation, the warm-up seed) but not the
+number of seeds nor the other conditions: more seeds or another condition later reuse the cells already
+done, while a cell of other settings is never mistaken for one of these.
 """
 
 import hashlib
@@ -28,9 +28,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from ftis.node.config import LossVariant, NodeConfig, WarmupConfig, read_toml
+from ftis.node.config import (
+    LossVariant,
+    ModelConfig,
+    NodeConfig,
+    Section,
+    WarmupConfig,
+    describe_validation_error,
+    merged,
+    read_toml,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$"  # labels become file names and run ids
 SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's position
@@ -40,17 +49,17 @@ class GridError(ValueError):
     """A grid file that cannot be read or does not describe a runnable grid; the message says why."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_NODE_MODEL = ModelConfig.model_fields
 
 
-class ModelSpec(_Section):
-    """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic."""
+class ModelSpec(Section):
+    """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic. Its
+    adapter settings are the node's ``[model]`` fields (same defaults, constraints and descriptions)."""
 
     name: Literal["tiny-small", "tiny-medium", "tiny-large"] = Field(description="The built-in tiny model.")
-    adapter: Literal["full", "lora"] = Field("full", description="Full fine-tuning, or a LoRA adapter on the base.")
-    lora_rank: int = Field(16, ge=1, description="LoRA rank (LoRA models only).")
-    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (LoRA models only).")
+    adapter: Literal["full", "lora"] = _NODE_MODEL["adapter"]
+    lora_rank: int = _NODE_MODEL["lora_rank"]
+    lora_alpha: float = _NODE_MODEL["lora_alpha"]
     learning_rate: float = Field(gt=0, description="AdamW learning rate of its GRPO steps.")
     warmup: WarmupConfig = Field(description="Its supervised warm start; ``arithmetic`` sets its data mix "
                                  "(a specialist's differs from the generalist's).")
@@ -62,7 +71,7 @@ class ModelSpec(_Section):
         return self
 
 
-class Condition(_Section):
+class Condition(Section):
     """How the models train in one condition."""
 
     swarm: bool = Field(True, description="Train all models together over one swarm; false: each alone (on-policy).")
@@ -82,7 +91,7 @@ class Condition(_Section):
         return self
 
 
-class QuickSettings(_Section):
+class QuickSettings(Section):
     """What ``--quick`` replaces: a smoke test of every condition in about a minute."""
 
     seeds: int = Field(ge=1, description="Seeds.")
@@ -92,7 +101,7 @@ class QuickSettings(_Section):
     warmup_steps: int = Field(ge=1, description="Every model's warm-up steps.")
 
 
-class Grid(_Section):
+class Grid(Section):
     """The whole experiment."""
 
     seeds: int = Field(ge=1, description="Seeds per condition (cells are paired by seed).")
@@ -162,8 +171,8 @@ class Grid(_Section):
         """The config of model ``label``'s node in cell (``condition``, ``seed``), loading its warm start
         from ``model_path``. Raises ``GridError`` when the settings do not make a valid node config."""
         spec, cond = self.models[label], self.conditions[condition]
-        data = _merged(self.node, cond.node)
-        data = _merged(data, {
+        data = merged(self.node, cond.node)
+        data = merged(data, {
             "model": {"name": str(model_path), "adapter": spec.adapter, "lora_rank": spec.lora_rank,
                       "lora_alpha": spec.lora_alpha, "seed": self.model_seed(label, seed)},
             "trainer": {"learning_rate": spec.learning_rate},
@@ -174,11 +183,14 @@ class Grid(_Section):
         try:
             return NodeConfig.model_validate(data)
         except ValidationError as error:
-            raise GridError(f"model {label!r} in condition {condition!r}: {_problems(error)}") from None
+            raise GridError(f"model {label!r} in condition {condition!r}: {describe_validation_error(error)}") from None
 
     def fingerprint(self, condition: str) -> str:
         """What decides a cell of ``condition`` (any seed), hashed; see the module docstring."""
         decisive = self.model_dump(mode="json", exclude={"seeds", "conditions", "quick", "reference", "comparisons"})
+        for spec in decisive["models"].values():
+            if spec["adapter"] != "lora":  # unused: a change of the node's LoRA defaults leaves these cells alone
+                del spec["lora_rank"], spec["lora_alpha"]
         decisive["condition"] = self.conditions[condition].model_dump(mode="json")
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -217,16 +229,4 @@ def _validate(data: dict[str, Any], where: str) -> Grid:
     try:
         return Grid.model_validate(data)
     except ValidationError as error:
-        raise GridError(f"{where}: {_problems(error)}") from None
-
-
-def _problems(error: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors())
-
-
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` laid on ``base``, tables merged key by key (values of ``over`` win)."""
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+        raise GridError(f"{where}: {describe_validation_error(error)}") from None

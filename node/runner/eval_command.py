@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ftis.node.config import ConfigError, ModelConfig, NodeConfig, TaskConfig, load_config
+from ftis.node.config import ConfigError, ModelConfig, NodeConfig, TaskConfig, describe_validation_error, load_config
 from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitError
 
 if TYPE_CHECKING:
@@ -173,8 +173,7 @@ def _validated(section: type, data: dict[str, Any], label: str) -> Any:
     try:
         return section.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(f"{label}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-        raise EvalCommandError(problems, USAGE) from None
+        raise EvalCommandError(describe_validation_error(error, label), USAGE) from None
 
 
 def _load_model(name: str, adapter: str | None, settings: ModelConfig) -> tuple["Policy", int | None]:

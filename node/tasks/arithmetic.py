@@ -21,6 +21,9 @@ Skills (``skill``): an addition-only problem either needs a carry in some column
 "no-carry"); evaluations report accuracy per skill, and a warm-up can leave carries out
 (``warmup/data.py``) to make a specialist that lacks them.
 
+Settings: ``ArithmeticSettings``, the fields of ``ArithmeticConfig`` in ``node/config.py`` (a node's
+``[task.arithmetic]``), where each one is declared, described and checked.
+
 Formats: "plain" (the prompt is "12+34=", the completion is the number and then the end; reward 1 iff
 the stripped completion is exactly the gold integer) or "tags" (the paper's format, checked like GSM8K).
 """
@@ -29,55 +32,33 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
+from pydantic import ValidationError
+
+from ftis.node.config import ArithmeticConfig, describe_validation_error
 from ftis.node.tasks.base import Problem, TaskError, UnknownSplitError, check_index
 from ftis.node.tasks.numeric import tagged_number_reward
 from ftis.node.tasks.tags import tag_prompt, tagged_answer
 
-OPERATIONS = "+-*"
 SPLITS = ("train", "dev", "test", "ood")
 TEST_SHARE = 10  # one problem in ten belongs to the test split, one in ten to dev
-DRAWS = ("length", "value")
-MAX_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
-MAX_OPERANDS = 16
 MAX_ATTEMPTS = 10_000  # candidates a split may draw before the problem space is declared too small
 _INTEGER = re.compile(r"-?\d+")
 
 
-@dataclass(frozen=True)
-class ArithmeticSettings:
-    min_digits: int = 1  # digits of each operand in train/test, drawn uniformly in [min, max]
-    max_digits: int = 2
-    operations: str = "+-"  # the operations of train/test, a subset of "+-*"
-    operands: int = 2  # numbers per problem ("1+2*3" has 3); usual precedence, * before + and -
-    ood_extra_digits: int = 1  # OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train
-    ood_operations: str = ""  # held out of train/test; every OOD problem uses at least one of them
-    seed: int = 0
-    format: Literal["plain", "tags"] = "plain"
-    operand_draw: Literal["length", "value"] = "length"  # see the module docstring
+class ArithmeticSettings(ArithmeticConfig):
+    """The task's settings: ``ArithmeticConfig`` (``node/config.py`` declares, describes and checks each one),
+    refused as the task refuses anything: an unknown name is a TypeError, a bad value a ``TaskError``."""
 
-    def __post_init__(self):
-        if not 1 <= self.min_digits <= self.max_digits or self.max_digits + self.ood_extra_digits > MAX_DIGITS:
-            raise TaskError(f"arithmetic: need 1 <= min_digits <= max_digits, max_digits + ood_extra_digits "
-                            f"<= {MAX_DIGITS}; got {self.min_digits}, {self.max_digits}, {self.ood_extra_digits}")
-        if self.ood_extra_digits < 0:
-            raise TaskError("arithmetic: ood_extra_digits must be >= 0")
-        for label, ops in (("operations", self.operations), ("ood_operations", self.ood_operations)):
-            if len(set(ops)) != len(ops) or not set(ops) <= set(OPERATIONS):
-                raise TaskError(f"arithmetic: {label} must be distinct characters of {OPERATIONS!r}, got {ops!r}")
-        if not self.operations:
-            raise TaskError("arithmetic: operations must not be empty")
-        if set(self.ood_operations) & set(self.operations):
-            raise TaskError("arithmetic: ood_operations must be held out, i.e. not among operations")
-        if self.ood_extra_digits == 0 and not self.ood_operations:
-            raise TaskError("arithmetic: the ood split must differ: set ood_extra_digits > 0 or ood_operations")
-        if not 2 <= self.operands <= MAX_OPERANDS:
-            raise TaskError(f"arithmetic: operands must be in [2, {MAX_OPERANDS}], got {self.operands}")
-        if self.operand_draw not in DRAWS:
-            raise TaskError(f"arithmetic: operand_draw must be one of {', '.join(DRAWS)}, got {self.operand_draw!r}")
-        if self.format not in FORMATS:
-            raise TaskError(f"arithmetic: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+    def __init__(self, **settings: object) -> None:
+        unknown = sorted(settings.keys() - ArithmeticConfig.model_fields.keys())
+        if unknown:
+            raise TypeError(f"arithmetic: no setting {', '.join(map(repr, unknown))} "
+                            f"(it has {', '.join(ArithmeticConfig.model_fields)})")
+        try:
+            super().__init__(**settings)
+        except ValidationError as error:
+            raise TaskError(describe_validation_error(error, "arithmetic")) from None
 
     @property
     def dataset_name(self) -> str:

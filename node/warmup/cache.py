@@ -56,7 +56,7 @@ class WarmupSpec:
     def recipe(self) -> dict[str, Any]:
         """The spec as plain JSON values (what the key hashes and ``warmup.json`` records)."""
         return {"code_version": CODE_VERSION, "model": self.model, "seed": self.seed,
-                "data": asdict(self.data), "plan": asdict(self.plan)}
+                "data": self.data.model_dump(), "plan": asdict(self.plan)}
 
 
 @dataclass(frozen=True)

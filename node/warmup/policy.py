@@ -22,7 +22,7 @@ from ftis.node.warmup.train import WarmupPlan
 def warmup_spec(model: ModelConfig, task: TaskConfig) -> WarmupSpec:
     """The recipe ``[model] warmup`` describes for this model and task."""
     warmup = model.warmup
-    data = ArithmeticSettings(**{**task.arithmetic, **warmup.arithmetic})
+    data = ArithmeticSettings(**{**task.arithmetic.model_dump(), **warmup.arithmetic})
     plan = WarmupPlan(warmup.steps, warmup.learning_rate, warmup.batch_size, warmup.eval_problems, warmup.schedule,
                       warmup.stop_accuracy, warmup.check_every, warmup.no_carry_share)
     return WarmupSpec(model.name, model.seed, data, plan)
