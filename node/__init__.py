@@ -2,7 +2,7 @@
 
 Files:
 - ``cli.py``     the ``ftis-node`` command line (thin: parse, build config, call one function).
-- ``config.py``  the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
+- ``config/``    the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
 - ``signals.py`` SIGTERM raised as ``Terminated`` so commands stop like on Ctrl-C.
 - ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).

@@ -21,7 +21,7 @@ Skills (``skill``): an addition-only problem either needs a carry in some column
 "no-carry"); evaluations report accuracy per skill, and a warm-up can leave carries out
 (``warmup/data.py``) to make a specialist that lacks them.
 
-Settings: ``ArithmeticSettings``, the fields of ``ArithmeticConfig`` in ``node/config.py`` (a node's
+Settings: ``ArithmeticSettings``, the fields of ``ArithmeticConfig`` in ``node/config/arithmetic.py`` (a node's
 ``[task.arithmetic]``), where each one is declared, described and checked.
 
 Formats: "plain" (the prompt is "12+34=", the completion is the number and then the end; reward 1 iff
@@ -47,7 +47,7 @@ _INTEGER = re.compile(r"-?\d+")
 
 
 class ArithmeticSettings(ArithmeticConfig):
-    """The task's settings: ``ArithmeticConfig`` (``node/config.py`` declares, describes and checks each one),
+    """The task's settings: ``ArithmeticConfig`` (``node/config/arithmetic.py`` declares, describes and checks each one),
     refused as the task refuses anything: an unknown name is a TypeError, a bad value a ``TaskError``."""
 
     def __init__(self, **settings: object) -> None:

@@ -1,87 +1,55 @@
-"""The node's typed config tree: pydantic models with ``extra="forbid"``, each setting documented
-once, here. The demo's file (``demo/settings.py``) and the experiment's grid (``experiment/grid.py``)
-are built from the same sections and share this module's mechanism: ``Section`` (the base of every
-section), ``merged`` (a partial table laid over another), ``read_toml`` and
-``describe_validation_error`` (every problem as ``loc.path: reason``).
+"""The node's typed config tree: pydantic models with ``extra="forbid"``, each setting documented once.
 
-Load a TOML file with ``load_config(path)``; ``examples/*.toml`` are parsed by the test suite, so
-they cannot rot. This module imports no torch: ``LossConfig.params`` builds the loss's plain
-``LossParams`` lazily.
+- ``__init__.py``   ``NodeConfig`` and its sections; ``load_config(path)`` reads and validates a TOML file.
+- ``arithmetic.py`` ``[task.arithmetic]``, and the warm-up's override of it.
+- ``swarm.py``      ``[swarm]``: joining the swarm, the exchange, peer scores.
+- ``base.py``       the mechanism the demo's file (``demo/settings.py``) and the experiment's grid
+                    (``experiment/grid.py``) share: ``Section`` (the base of every section), ``merged`` (a partial
+                    table laid over another), ``read_toml`` and ``describe_validation_error`` (every problem as
+                    ``loc.path: reason``).
+
+``examples/*.toml`` are parsed by the test suite, so they cannot rot. This package imports no torch:
+``LossConfig.params`` builds the loss's plain ``LossParams`` lazily.
 """
 
 import math
-import tomllib
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-    with_config,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
-from typing_extensions import TypedDict
 
-from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S, MAX_TEMPERATURE, MIN_TEMPERATURE
+from ftis.node.config.arithmetic import (
+    ARITHMETIC_OPERATIONS,
+    MAX_ARITHMETIC_DIGITS,
+    MAX_ARITHMETIC_OPERANDS,
+    ArithmeticConfig,
+    ArithmeticOverride,
+)
+from ftis.node.config.base import (
+    ConfigError,
+    Section,
+    describe_validation_error,
+    merged,
+    partial_of,
+    read_toml,
+    validation_problems,
+)
+from ftis.node.config.swarm import RUN_ID_PATTERN, SwarmConfig
+from ftis.protocol.limits import MAX_TEMPERATURE, MIN_TEMPERATURE
 
 if TYPE_CHECKING:
     from ftis.node.loss import LossParams
-    from ftis.node.swarm.reputation import ReputationSettings
+
+__all__ = [
+    "ARITHMETIC_OPERATIONS", "MAX_ARITHMETIC_DIGITS", "MAX_ARITHMETIC_OPERANDS", "RUN_ID_PATTERN", "ArithmeticConfig",
+    "ArithmeticOverride", "CheckpointConfig", "ConfigError", "EvalConfig", "GenerationConfig", "LoopConfig",
+    "LossConfig", "LossVariant", "MetricsConfig", "MixConfig", "ModelConfig", "NodeConfig", "Section", "SwarmConfig",
+    "TaskConfig", "TrainerConfig", "VllmConfig", "WarmupConfig", "describe_validation_error", "load_config",
+    "merged", "partial_of", "read_toml", "validation_problems",
+]
 
 LossVariant = Literal["nois", "vis", "tis", "ftis", "fvis"]  # the names of LOSS_VARIANTS (a test checks)
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be read or does not validate; the message lists every problem."""
-
-
-class Section(BaseModel):
-    """The base of every config section: an unknown key is an error (a typo never passes silently), and a
-    loaded config cannot change."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` laid over ``base``: nested tables merge key by key, anything else is replaced."""
-    result = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = merged(result[key], value)
-        else:
-            result[key] = value
-    return result
-
-
-def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
-    """Each problem of ``error`` as ``loc.path: reason``, the path under ``prefix`` when given; a problem of
-    the whole model is ``(root): reason`` (or ``prefix: reason``)."""
-    problems = []
-    for item in error.errors():
-        loc = ".".join(([prefix] if prefix else []) + [str(part) for part in item["loc"]])
-        problems.append(f"{loc or '(root)'}: {item['msg']}")
-    return problems
-
-
-def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
-    """Every problem of ``error`` on one line: ``loc.path: reason; ...`` (see ``validation_problems``)."""
-    return "; ".join(validation_problems(error, prefix))
-
-
-def partial_of(model: type[BaseModel], name: str) -> type:
-    """A TypedDict of any of ``model``'s fields, each with its type, constraints and description there, and no
-    other key: an override laid over a whole ``model`` later. A value is the plain dict that was written
-    (``model``'s cross-field checks run on the merged result, not here)."""
-    fields = {key: Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
-              for key, field in model.model_fields.items()}
-    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))
 
 
 class LossConfig(Section):
@@ -159,70 +127,6 @@ class TrainerConfig(Section):
 
     def lr_for(self, adapter: str) -> float:
         return self.learning_rate if self.learning_rate is not None else (1e-4 if adapter == "lora" else 1e-6)
-
-
-ARITHMETIC_OPERATIONS = "+-*"
-MAX_ARITHMETIC_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
-MAX_ARITHMETIC_OPERANDS = 16
-
-
-def _operations(value: str) -> str:
-    if len(set(value)) != len(value) or not set(value) <= set(ARITHMETIC_OPERATIONS):
-        raise ValueError(f"must be distinct characters of {ARITHMETIC_OPERATIONS!r}, got {value!r}")
-    return value
-
-
-_Operations = Annotated[str, AfterValidator(_operations)]  # a type, so that partial_of keeps the check
-
-
-class ArithmeticConfig(Section):
-    """The synthetic arithmetic task (``tasks/arithmetic.py``): its problems are a pure function of these
-    settings, the split and the index, and its dataset name spells them, so peers with other settings never
-    match a problem."""
-
-    min_digits: int = Field(1, ge=1, description="Fewest digits of an operand in train, dev and test.")
-    max_digits: int = Field(2, ge=1, description="Most digits of an operand in train, dev and test.")
-    operations: _Operations = Field(
-        "+-", min_length=1, description='The operations of train, dev and test: distinct characters of "+-*".'
-    )
-    operands: int = Field(
-        2, ge=2, le=MAX_ARITHMETIC_OPERANDS, description='Numbers per problem ("1+2*3" has 3); * before + and -.'
-    )
-    ood_extra_digits: int = Field(
-        1, ge=0, description="OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train's."
-    )
-    ood_operations: _Operations = Field(
-        "", description="Operations held out of train, dev and test; every OOD problem uses at least one of them."
-    )
-    seed: int = Field(0, description="Seeds the problems and which split each one falls in.")
-    format: Literal["plain", "tags"] = Field(  # the names of tasks/arithmetic.py's FORMATS (a test checks)
-        "plain", description='"plain": "12+34=" answered "46" and the end; "tags": the paper\'s '
-        "<think> … </think><answer> … </answer> format, checked as GSM8K's."
-    )
-    operand_draw: Literal["length", "value"] = Field(
-        "length", description='"length": a digit count uniform in [min_digits, max_digits], then a number of that '
-        'length; "value": every number with min_digits…max_digits digits equally likely.'
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ArithmeticConfig":
-        if self.min_digits > self.max_digits or self.max_digits + self.ood_extra_digits > MAX_ARITHMETIC_DIGITS:
-            raise ValueError(f"need min_digits <= max_digits, max_digits + ood_extra_digits <= "
-                             f"{MAX_ARITHMETIC_DIGITS}; got {self.min_digits}, {self.max_digits}, "
-                             f"{self.ood_extra_digits}")
-        if set(self.ood_operations) & set(self.operations):
-            raise ValueError("ood_operations must be held out, i.e. not among operations")
-        if self.ood_extra_digits == 0 and not self.ood_operations:
-            raise ValueError("the ood split must differ: set ood_extra_digits > 0 or ood_operations")
-        return self
-
-    def overridden(self, override: Mapping[str, object]) -> "ArithmeticConfig":
-        """These settings with ``override``'s laid over them, checked again (the warm-up's data mix)."""
-        return ArithmeticConfig.model_validate({**self.model_dump(), **override})
-
-
-# Any of ArithmeticConfig's settings: the warm-up's data mix, laid over [task].arithmetic.
-ArithmeticOverride = partial_of(ArithmeticConfig, "ArithmeticOverride")
 
 
 class WarmupConfig(Section):
@@ -436,106 +340,6 @@ class CheckpointConfig(Section):
     )
 
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-
-
-class SwarmConfig(Section):
-    """Joining the swarm and exchanging batches with it (docs/swarm.md)."""
-
-    run_id: str = Field("ftis-demo", pattern=RUN_ID_PATTERN, description="Peers exchange batches only within a run.")
-    initial_peers: list[str] = Field(
-        default_factory=list, description="Full multiaddrs of any members (the bootstrap's, printed at its start)."
-    )
-    host_maddrs: list[str] = Field(
-        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
-        description="Where to listen. The default takes any free port on every interface; a public node "
-        "behind a firewall sets a fixed port, e.g. /ip4/0.0.0.0/tcp/31337.",
-    )
-    announce_maddrs: list[str] = Field(
-        default_factory=list, description="Public addresses to advertise when they differ from the listening ones."
-    )
-    identity_path: Path | None = Field(
-        None, description="Private key file: keeps the peer id and the announcement key across restarts."
-    )
-    client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
-
-    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
-    @classmethod
-    def _multiaddrs(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        """Parsed here, so that a typo is refused before a daemon starts or a model loads."""
-        from hivemind.utils.multiaddr import Multiaddr  # hivemind's own parser, imported only for given values
-
-        for value in values:
-            try:
-                address = Multiaddr(value)
-            except Exception as error:  # the parser raises several types, all meaning "not a multiaddr"
-                raise ValueError(f"{value!r} is not a multiaddr ({error})") from None
-            if info.field_name == "initial_peers" and "p2p" not in {p.name for p in address.protocols()}:
-                raise ValueError(f"{value!r} names no peer: a peer's full address ends in /p2p/<peer id> "
-                                 "(the bootstrap prints it)")
-        return values
-    shards: int = Field(
-        4, ge=1, le=256, description="DHT keys the run's announcements spread over; every peer of a run must use the "
-        "same number. A read asks each DHT peer for ⌊√n⌋ keys in one answer of at most 4 MiB (~1,400 full "
-        "records): 4 shards hold ~2,800 peers and cost about what 2 do.",
-    )
-    announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
-    announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
-                                      description="An announcement expires unless renewed in time (at most 300 s).")
-    poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
-    max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
-    fetch_timeout_s: float = Field(10.0, gt=0, description="The longest one payload fetch may take, connect to last "
-                                   "byte; a smaller payload gets less (fetch_base_s, fetch_min_bytes_per_s).")
-    fetch_base_s: float = Field(3.0, gt=0, description="A fetch's deadline is this plus the payload's size at "
-                                "fetch_min_bytes_per_s, at most fetch_timeout_s: a slow peer cannot hold a fetch "
-                                "slot for the whole timeout with a small batch.")
-    fetch_min_bytes_per_s: float = Field(1024 * 1024, gt=0, description="The slowest transfer a fetch deadline allows.")
-    fetch_retries: int = Field(
-        2, ge=0, le=8, description="Further attempts after a fetch fails in transit (refused connection, stream "
-        "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s."
-    )
-    fetch_retry_backoff_s: float = Field(1.0, gt=0, description="Wait before the first retry; doubles for each next.")
-    max_concurrent_fetches: int = Field(8, ge=2, description="Payload fetches in flight at once, at most 2 from one "
-                                        "peer; a freed slot goes to the waiting peer that holds the fewest.")
-    max_concurrent_serves: int = Field(16, ge=2, description="Fetches of this node's payloads served at once, at most "
-                                       "2 to one peer; more are turned away (the fetcher tries again later).")
-    per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
-    max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
-    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")
-    keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
-    start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
-    score_half_life_s: float = Field(
-        1800.0, gt=0, description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
-        "refused, failed, divergence-filtered) loses half its weight in this time. Long, so that a burst of failed "
-        "fetches on a flaky link is weighed against the peer's whole recent record."
-    )
-    score_min_evidence: float = Field(
-        3.0, ge=0, description="A peer is judged (can be muted) only with at least this much evidence, in batches "
-        "(a failed fetch counts half), and after a mute only once this much new evidence came in."
-    )
-    mute_below: float = Field(
-        0.3, ge=0, le=1, description="A judged peer whose score (good / all evidence, from 0 to 1) falls below this "
-        "is muted: its batches are refused unfetched. 0.3 mutes a peer when most of its completions are "
-        "divergence-filtered, over ~82% of its fetches fail after retries, or over 70% of its batches are refused; "
-        "an honest peer on a flaky link (half of all attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
-    )
-    mute_s: float = Field(300.0, gt=0, description="A peer's first mute; each next mute of it lasts twice as long.")
-    mute_max_s: float = Field(3600.0, gt=0, description="The longest mute.")
-
-    @model_validator(mode="after")
-    def _ttl_outlives_interval(self) -> "SwarmConfig":
-        if self.announcement_ttl_s <= self.announce_interval_s:
-            raise ValueError("announcement_ttl_s must exceed announce_interval_s, or announcements lapse")
-        return self
-
-    def reputation(self) -> "ReputationSettings":
-        """The peer-score settings, as ``swarm/reputation.py`` takes them."""
-        from ftis.node.swarm.reputation import ReputationSettings
-
-        return ReputationSettings(half_life_s=self.score_half_life_s, min_evidence=self.score_min_evidence,
-                                  mute_below=self.mute_below, mute_s=self.mute_s, mute_max_s=self.mute_max_s)
-
-
 class NodeConfig(Section):
     """Everything a node is configured with."""
 
@@ -568,16 +372,6 @@ class NodeConfig(Section):
             raise PydanticCustomError("warmup_mix", "{problems}",
                                       {"problems": describe_validation_error(error, where)}) from None
         return self
-
-
-def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:
-    """The TOML file ``path`` as a dict; ``error`` (a message naming the file) if unreadable or not TOML."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as problem:
-        raise error(f"{path}: cannot read ({problem.strerror})") from None
-    except tomllib.TOMLDecodeError as problem:
-        raise error(f"{path}: not valid TOML ({problem})") from None
 
 
 def load_config(path: str | Path) -> NodeConfig:

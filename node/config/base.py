@@ -1,0 +1,67 @@
+"""The config mechanism every settings file shares (a node's, the demo's, the experiment's grid): ``Section``, the
+base of every section; ``merged``, a partial table laid over another; ``read_toml``; and the one formatter of
+validation problems (``describe_validation_error``: every problem as ``loc.path: reason``)."""
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
+from typing_extensions import TypedDict
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or does not validate; the message lists every problem."""
+
+
+class Section(BaseModel):
+    """The base of every config section: an unknown key is an error (a typo never passes silently), and a
+    loaded config cannot change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid over ``base``: nested tables merge key by key, anything else is replaced."""
+    result = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
+    """Each problem of ``error`` as ``loc.path: reason``, the path under ``prefix`` when given; a problem of
+    the whole model is ``(root): reason`` (or ``prefix: reason``)."""
+    problems = []
+    for item in error.errors():
+        loc = ".".join(([prefix] if prefix else []) + [str(part) for part in item["loc"]])
+        problems.append(f"{loc or '(root)'}: {item['msg']}")
+    return problems
+
+
+def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
+    """Every problem of ``error`` on one line: ``loc.path: reason; ...`` (see ``validation_problems``)."""
+    return "; ".join(validation_problems(error, prefix))
+
+
+def partial_of(model: type[BaseModel], name: str) -> type:
+    """A TypedDict of any of ``model``'s fields, each with its type, constraints and description there, and no
+    other key: an override laid over a whole ``model`` later. A value is the plain dict that was written
+    (``model``'s cross-field checks run on the merged result, not here)."""
+    fields = {key: Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
+              for key, field in model.model_fields.items()}
+    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))
+
+
+def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:
+    """The TOML file ``path`` as a dict; ``error`` (a message naming the file) if unreadable or not TOML."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as problem:
+        raise error(f"{path}: cannot read ({problem.strerror})") from None
+    except tomllib.TOMLDecodeError as problem:
+        raise error(f"{path}: not valid TOML ({problem})") from None

@@ -1,0 +1,112 @@
+"""``[swarm]``: joining the swarm and exchanging batches with it (docs/swarm.md)."""
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from ftis.node.config.base import Section
+from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S
+
+if TYPE_CHECKING:
+    from ftis.node.swarm.reputation import ReputationSettings
+
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class SwarmConfig(Section):
+    """Joining the swarm and exchanging batches with it (docs/swarm.md)."""
+
+    run_id: str = Field("ftis-demo", pattern=RUN_ID_PATTERN, description="Peers exchange batches only within a run.")
+    initial_peers: list[str] = Field(
+        default_factory=list, description="Full multiaddrs of any members (the bootstrap's, printed at its start)."
+    )
+    host_maddrs: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+        description="Where to listen. The default takes any free port on every interface; a public node "
+        "behind a firewall sets a fixed port, e.g. /ip4/0.0.0.0/tcp/31337.",
+    )
+    announce_maddrs: list[str] = Field(
+        default_factory=list, description="Public addresses to advertise when they differ from the listening ones."
+    )
+    identity_path: Path | None = Field(
+        None, description="Private key file: keeps the peer id and the announcement key across restarts."
+    )
+    client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
+
+    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
+    @classmethod
+    def _multiaddrs(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        """Parsed here, so that a typo is refused before a daemon starts or a model loads."""
+        from hivemind.utils.multiaddr import Multiaddr  # hivemind's own parser, imported only for given values
+
+        for value in values:
+            try:
+                address = Multiaddr(value)
+            except Exception as error:  # the parser raises several types, all meaning "not a multiaddr"
+                raise ValueError(f"{value!r} is not a multiaddr ({error})") from None
+            if info.field_name == "initial_peers" and "p2p" not in {p.name for p in address.protocols()}:
+                raise ValueError(f"{value!r} names no peer: a peer's full address ends in /p2p/<peer id> "
+                                 "(the bootstrap prints it)")
+        return values
+    shards: int = Field(
+        4, ge=1, le=256, description="DHT keys the run's announcements spread over; every peer of a run must use the "
+        "same number. A read asks each DHT peer for ⌊√n⌋ keys in one answer of at most 4 MiB (~1,400 full "
+        "records): 4 shards hold ~2,800 peers and cost about what 2 do.",
+    )
+    announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
+    announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
+                                      description="An announcement expires unless renewed in time (at most 300 s).")
+    poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
+    max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
+    fetch_timeout_s: float = Field(10.0, gt=0, description="The longest one payload fetch may take, connect to last "
+                                   "byte; a smaller payload gets less (fetch_base_s, fetch_min_bytes_per_s).")
+    fetch_base_s: float = Field(3.0, gt=0, description="A fetch's deadline is this plus the payload's size at "
+                                "fetch_min_bytes_per_s, at most fetch_timeout_s: a slow peer cannot hold a fetch "
+                                "slot for the whole timeout with a small batch.")
+    fetch_min_bytes_per_s: float = Field(1024 * 1024, gt=0, description="The slowest transfer a fetch deadline allows.")
+    fetch_retries: int = Field(
+        2, ge=0, le=8, description="Further attempts after a fetch fails in transit (refused connection, stream "
+        "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s."
+    )
+    fetch_retry_backoff_s: float = Field(1.0, gt=0, description="Wait before the first retry; doubles for each next.")
+    max_concurrent_fetches: int = Field(8, ge=2, description="Payload fetches in flight at once, at most 2 from one "
+                                        "peer; a freed slot goes to the waiting peer that holds the fewest.")
+    max_concurrent_serves: int = Field(16, ge=2, description="Fetches of this node's payloads served at once, at most "
+                                       "2 to one peer; more are turned away (the fetcher tries again later).")
+    per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
+    max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
+    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")
+    keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
+    start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
+    score_half_life_s: float = Field(
+        1800.0, gt=0, description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
+        "refused, failed, divergence-filtered) loses half its weight in this time. Long, so that a burst of failed "
+        "fetches on a flaky link is weighed against the peer's whole recent record."
+    )
+    score_min_evidence: float = Field(
+        3.0, ge=0, description="A peer is judged (can be muted) only with at least this much evidence, in batches "
+        "(a failed fetch counts half), and after a mute only once this much new evidence came in."
+    )
+    mute_below: float = Field(
+        0.3, ge=0, le=1, description="A judged peer whose score (good / all evidence, from 0 to 1) falls below this "
+        "is muted: its batches are refused unfetched. 0.3 mutes a peer when most of its completions are "
+        "divergence-filtered, over ~82% of its fetches fail after retries, or over 70% of its batches are refused; "
+        "an honest peer on a flaky link (half of all attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
+    )
+    mute_s: float = Field(300.0, gt=0, description="A peer's first mute; each next mute of it lasts twice as long.")
+    mute_max_s: float = Field(3600.0, gt=0, description="The longest mute.")
+
+    @model_validator(mode="after")
+    def _ttl_outlives_interval(self) -> "SwarmConfig":
+        if self.announcement_ttl_s <= self.announce_interval_s:
+            raise ValueError("announcement_ttl_s must exceed announce_interval_s, or announcements lapse")
+        return self
+
+    def reputation(self) -> "ReputationSettings":
+        """The peer-score settings, as ``swarm/reputation.py`` takes them."""
+        from ftis.node.swarm.reputation import ReputationSettings
+
+        return ReputationSettings(half_life_s=self.score_half_life_s, min_evidence=self.score_min_evidence,
+                                  mute_below=self.mute_below, mute_s=self.mute_s, mute_max_s=self.mute_max_s)
