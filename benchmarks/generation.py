@@ -110,7 +110,7 @@ def measure(case, threads: int, max_new_tokens: int, repeats: int) -> Generation
     import torch
 
     from benchmarks.demo_nodes import demo_prompts, load_case
-    from ftis.node.generation.hf import TransformersGenerator
+    from ftis.node.generation import make_generator
     from ftis.protocol import SamplingSettings
 
     torch.set_num_threads(threads)
@@ -122,7 +122,7 @@ def measure(case, threads: int, max_new_tokens: int, repeats: int) -> Generation
     sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k, max_new_tokens)
     if generation.top_p < 1.0 or generation.top_k:
         raise ValueError("the raw comparison samples without top-k or top-p; the case's settings use them")
-    backend = TransformersGenerator(policy.model, eos_token_ids=eos, pad_token_id=pad, batch_size=generation.batch_size)
+    backend = make_generator("transformers", policy, generation)
     rows = [prompt for prompt in prompts for _ in range(G)]  # prompt-major, as the backend orders them
 
     def with_backend() -> int:

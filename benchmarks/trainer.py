@@ -41,6 +41,7 @@ Goal: an F-TIS step ≤ 1.05 × a plain GRPO step.
 
 import argparse
 import copy
+import dataclasses
 import gc
 import os
 import statistics
@@ -115,18 +116,17 @@ def informative_rewards(rng: np.random.Generator, size: int) -> np.ndarray:
     return rewards
 
 
-def sampled_groups(model, config, prompts: list[np.ndarray], *, peer_id: str, off_policy: bool, seed: int,
-                   pad_token_id: int, eos_token_id: int, rng: np.random.Generator) -> list:
-    """``TrainingGroup``s of G completions per prompt sampled by ``model`` with the node's backend."""
-    from ftis.node.generation.hf import TransformersGenerator
+def sampled_groups(policy, config, prompts: list[np.ndarray], *, peer_id: str, off_policy: bool, seed: int,
+                   rng: np.random.Generator) -> list:
+    """``TrainingGroup``s of G completions per prompt sampled by ``policy`` with the node's backend."""
+    from ftis.node.generation import make_generator
     from ftis.node.trainer.groups import TrainingGroup
     from ftis.protocol import SamplingSettings
     from ftis.protocol.schema import CompletionColumns
 
     generation = config.generation
     sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k, generation.max_new_tokens)
-    generator = TransformersGenerator(model, eos_token_ids=eos_token_id, pad_token_id=pad_token_id,
-                                      batch_size=generation.batch_size)
+    generator = make_generator("transformers", policy, generation)
     groups = []
     for k, (prompt, completions) in enumerate(zip(prompts, generator.generate(
             prompts, generation.group_size, sampling, seed=seed), strict=True)):
@@ -146,14 +146,13 @@ def demo_batch(config, policy, peer_models: list, groups_per_peer: int) -> list:
     """The node's own groups plus ``groups_per_peer`` from each peer model (see the module docstring)."""
     from benchmarks.demo_nodes import demo_prompts
 
-    tokenizer = policy.tokenizer
-    special = dict(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                   rng=np.random.default_rng(0))
+    tokenizer, rng = policy.tokenizer, np.random.default_rng(0)
     own = demo_prompts(config, tokenizer, config.generation.prompts_per_round, OWN_PROMPTS_FROM)
-    groups = sampled_groups(policy.model, config, own, peer_id="me", off_policy=False, seed=0, **special)
+    groups = sampled_groups(policy, config, own, peer_id="me", off_policy=False, seed=0, rng=rng)
     for p, model in enumerate(peer_models):
         prompts = demo_prompts(config, tokenizer, groups_per_peer, PEER_PROMPTS_FROM + p * groups_per_peer)
-        groups += sampled_groups(model, config, prompts, peer_id=f"peer{p}", off_policy=True, seed=p + 1, **special)
+        peer = dataclasses.replace(policy, model=model)  # the same tokenizer, another model's weights
+        groups += sampled_groups(peer, config, prompts, peer_id=f"peer{p}", off_policy=True, seed=p + 1, rng=rng)
     return groups
 
 

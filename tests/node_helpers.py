@@ -4,7 +4,7 @@
 from collections.abc import Callable
 
 from ftis.node.config import NodeConfig
-from ftis.node.generation.hf import TransformersGenerator
+from ftis.node.generation import make_generator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
 from ftis.node.swarm.inbox import InboxLimits
@@ -63,6 +63,5 @@ def build_node(config: NodeConfig, connect: Callable[[str], Transport]) -> Node:
     """A node training ``config``'s model on ``DigitTask`` over ``connect(its tokenizer fingerprint)``."""
     m = config.model
     policy = load_policy(m.name, adapter=m.adapter, seed=m.seed, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
-    generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                      pad_token_id=policy.tokenizer.pad_token_id)
+    generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     return Node(config, policy, DigitTask(), generator, connect(policy.fingerprint))

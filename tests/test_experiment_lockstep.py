@@ -8,7 +8,7 @@ from node_helpers import DigitTask
 
 from ftis.node.config import NodeConfig
 from ftis.node.experiment.lockstep import LockstepSwarm, in_parallel, step_round
-from ftis.node.generation.hf import TransformersGenerator
+from ftis.node.generation import make_generator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
 
@@ -23,8 +23,7 @@ def lockstep_node(swarm: LockstepSwarm, peer_id: str, prompts: int, seed: int) -
         "swarm": {"run_id": "lockstep"},
     })
     policy = load_policy("tiny-small", seed=seed)
-    generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                      pad_token_id=policy.tokenizer.pad_token_id)
+    generator = make_generator(config.generation.backend, policy, config.generation, seed=seed)
     return Node(config, policy, DigitTask(), generator, swarm.transport(peer_id, policy.fingerprint))
 
 

@@ -193,6 +193,16 @@ def test_the_same_seed_gives_the_same_completions(backend):
     assert any(not np.array_equal(a.token_ids, b.token_ids) for a, b in zip(first, other, strict=True))
 
 
+def test_the_policy_version_changes_only_through_sync_weights(backend):
+    generator = backend.make()
+    assert generator.policy_version == 0
+    with pytest.raises(AttributeError):
+        generator.policy_version = 1  # type: ignore[misc]  # a read-only property: syncing is a call
+    generator.sync_weights(3)
+    assert generator.policy_version == 3
+    assert all(len(group) == G for group in generator.generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 4)))
+
+
 def test_generation_runs_in_eval_mode_and_restores_every_module(model):
     frozen = model.model.layers[0]
     frozen.eval()  # a trainer may keep some submodules in eval mode: they must stay so
@@ -419,13 +429,45 @@ def test_greedy_is_the_step_by_step_argmax(model):
 # --- the table and the fake ------------------------------------------------------------------------------
 
 
-def test_make_generator_builds_each_named_backend(model):
+def test_make_generator_builds_each_named_backend_from_a_policy_and_the_settings(model, monkeypatch):
+    from ftis.node.config import GenerationConfig
+    from ftis.node.generation.vllm_backend import VllmGenerator
+    from ftis.node.models import build_tokenizer
+    from ftis.node.models.loading import Policy
+
+    policy = Policy(model, build_tokenizer(), "test-llama", "full", "test")  # a tokenizer of 105 ids, EOS 2
+    settings = GenerationConfig(batch_size=3, vllm={"gpu_memory_utilization": 0.2})
     assert set(GENERATORS) == {"transformers", "vllm", "fake"}
-    assert isinstance(make_generator("fake", vocab_size=VOCAB), FakeGenerator)
-    built = make_generator("transformers", model=model, batch_size=3, policy_version=5)
-    assert isinstance(built, TransformersGenerator) and built.policy_version == 5
+    built = make_generator("transformers", policy, settings)
+    assert isinstance(built, TransformersGenerator) and built.model is model and built.batch_size == 3
+    assert (built.eos_token_ids, built.pad_token_id, built.policy_version) == (EOS, PAD, 0)
+    fake = make_generator("fake", policy, settings, seed=4)
+    assert isinstance(fake, FakeGenerator)
+    assert (fake.vocab_size, fake.eos_token_id) == (VOCAB, EOS)  # ids the model's embeddings have, too
+    stand_in = vllm_stand_in.install(monkeypatch)
+    engine = make_generator("vllm", policy, settings, seed=4)
+    assert isinstance(engine, VllmGenerator)
+    assert stand_in.LLM.instances[0].options["gpu_memory_utilization"] == 0.2
+    assert stand_in.LLM.instances[0].options["seed"] == 4
     with pytest.raises(ValueError, match="unknown generator"):
-        make_generator("vllm-typo")
+        make_generator("vllm-typo", policy, settings)
+
+
+def test_a_node_runs_its_rounds_on_the_fake_backend():
+    from node_helpers import LIMITS, DigitTask, node_config
+
+    from ftis.node.models import load_policy
+    from ftis.node.runner.node import Node
+    from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+
+    config = node_config()
+    policy = load_policy("tiny-small", seed=0)
+    generator = make_generator("fake", policy, config.generation)
+    node = Node(config, policy, DigitTask(), generator,
+                MemoryTransport(MemoryHub(), config.swarm.run_id, "a", policy.fingerprint, LIMITS))
+    reports = [node.run_round() for _ in range(2)]
+    assert all(report.own_groups == config.generation.prompts_per_round for report in reports)
+    assert generator.policy_version == node.trainer.policy_version == sum(r.step.trained for r in reports)
 
 
 def test_importing_the_package_does_not_import_torch():
@@ -452,6 +494,18 @@ def test_the_fake_generator_samples_its_documented_policy():
     # A group does not depend on the prompts after it.
     (first,) = fake.generate(PROMPTS[:1], 16, sampling, seed=4)
     assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(first, groups[0], strict=True))
+
+
+def test_the_fake_generators_version_is_synced_not_set():
+    fake = FakeGenerator(vocab_size=VOCAB, eos_token_id=EOS, policy_version=3)
+    with pytest.raises(AttributeError):
+        fake.policy_version = 4  # type: ignore[misc]
+    before = fake.generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 8), seed=2)
+    fake.sync_weights(4)
+    after = fake.generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 8), seed=2)
+    assert fake.policy_version == 4  # ...and its fixed policy samples as before
+    assert all(np.array_equal(a.token_ids, b.token_ids)
+               for a, b in zip(all_completions(before), all_completions(after), strict=True))
 
 
 def test_the_fake_generators_output_encodes_as_a_rollout_batch():

@@ -6,9 +6,9 @@ What is checked here (the generator contract itself runs for every backend in ``
 the engine options (in-process, processed log-probs, the configured memory share and dtype, LoRA slots);
 that without processed log-probs the recompute check would fail (so the option is what makes it pass);
 reading vLLM's outputs, and refusing ones that cannot be vouched for; seeds; weight sync after a step —
-full weights in place and LoRA adapters under a new id per version — with the prefix cache reset, and
-the stale-weight accounting, down to a node's rounds; a missing or too old vLLM; and that importing the
-package or ``ftis-node --help`` never imports vLLM.
+on the explicit ``sync_weights`` call and never otherwise, full weights in place and LoRA adapters under a
+new id per version, with the prefix cache reset — down to a node's rounds; a missing or too old vLLM; and
+that importing the package or ``ftis-node --help`` never imports vLLM.
 """
 
 import subprocess
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import torch
 import vllm_stand_in
-from node_helpers import LIMITS, DigitTask
+from node_helpers import LIMITS, DigitTask, make_node
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ftis.node.config import NodeConfig, VllmConfig
+from ftis.node.config import GenerationConfig, NodeConfig, VllmConfig
 from ftis.node.generation import make_generator
 from ftis.node.generation.types import BackendUnavailableError, WeightSyncError
 from ftis.node.generation.vllm_backend import (
@@ -113,7 +113,7 @@ def test_without_processed_logprobs_the_recompute_check_would_fail(stand_in, mon
 def test_a_missing_or_old_vllm_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what an uninstalled package looks like to import
     with pytest.raises(BackendUnavailableError, match=r"pip install -e '\.\[vllm\]'"):
-        make_generator("vllm", policy=wide_policy(), settings=VllmConfig())
+        make_generator("vllm", wide_policy(), GenerationConfig(backend="vllm"))
     stand_in = vllm_stand_in.install(monkeypatch)
     monkeypatch.setattr(stand_in, "__version__", "0.10.1")
     with pytest.raises(BackendUnavailableError, match=r"0\.10\.2"):
@@ -214,7 +214,7 @@ def test_requests_carry_the_nodes_sampling_settings(stand_in, monkeypatch):
 
 
 @pytest.mark.parametrize("reload", [True, False], ids=["reload_weights", "older-vllm-load_weights"])
-def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_step(stand_in, monkeypatch, reload):
+def test_full_weights_are_synced_in_place_on_the_explicit_call_and_not_otherwise(stand_in, monkeypatch, reload):
     """Through the worker's in-place ``reload_weights`` where vLLM has it, else the model's own loader."""
     if not reload:
         monkeypatch.delattr(vllm_stand_in._Worker, "reload_weights")
@@ -224,26 +224,31 @@ def test_full_weights_are_synced_in_place_before_the_first_generation_after_a_st
     sampling = SamplingSettings(1.0, 1.0, 0, 10)
     before = generator.generate(PROMPTS, G, sampling, seed=5)
     old = {name: p.detach().clone() for name, p in policy.model.named_parameters()}
+    stale_model = wide_policy().model
+    stale_model.load_state_dict(old)
     with torch.no_grad():  # an optimizer step, as far as the engine can tell
         for p in policy.model.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    generator.policy_version = 1
-    assert generator.stats().weight_syncs == 0  # nothing happens until the engine is needed
+    unsynced = generator.generate(PROMPTS, G, sampling, seed=5)  # no sync asked for: the engine's weights stay
+    assert [e[0] for e in engine.events] == ["generate", "generate"] and generator.stats().weight_syncs == 0
+    assert recompute_gap(stale_model, unsynced, sampling) <= 1e-4
+    generator.sync_weights(1)  # the sync happens here, before any generation asks for it
+    assert [e[0] for e in engine.events[2:]] == [*(["reload_weights"] if reload else []), "load_weights",
+                                                 "reset_prefix_cache"]
+    assert generator.stats().engine_policy_version == generator.policy_version == 1
     after = generator.generate(PROMPTS, G, sampling, seed=5)
-    assert [e[0] for e in engine.events] == ["generate", *(["reload_weights"] if reload else []), "load_weights",
-                                             "reset_prefix_cache", "generate"]
-    assert events(engine, "generate") == [("generate", 0, None), ("generate", 1, None)]
+    assert events(engine, "generate") == [("generate", 0, None), ("generate", 0, None), ("generate", 1, None)]
     assert recompute_gap(policy.model, after, sampling) <= 1e-4  # the engine now samples the new weights
-    stale_model = wide_policy().model
-    stale_model.load_state_dict(old)
     assert recompute_gap(stale_model, after, sampling) > 1e-2
     assert any(not np.array_equal(a.token_ids, b.token_ids)
                for ga, gb in zip(before, after, strict=True) for a, b in zip(ga, gb, strict=True))
-    generator.policy_version = 1  # the same version again: nothing to do
+    generator.sync_weights(1)  # the version the engine holds: nothing to do
     generator.generate(PROMPTS, G, sampling, seed=5)
     stats = generator.stats()
-    assert (stats.engine_policy_version, stats.weight_syncs, stats.generations, stats.stale_generations) == (1, 1, 3, 0)
+    assert (stats.engine_policy_version, stats.weight_syncs, stats.generations) == (1, 1, 4)
     assert stats.weight_sync_seconds > 0
+    with pytest.raises(AttributeError):
+        generator.policy_version = 2  # type: ignore[misc]  # reading it is all; syncing is a call
 
 
 class _HeadMethod:
@@ -275,15 +280,17 @@ def test_lora_adapters_go_in_under_a_new_id_per_version_and_the_old_one_goes(sta
     generator = VllmGenerator(policy, VllmConfig(scratch_dir=tmp_path))
     (engine,) = stand_in.LLM.instances
     sampling = SamplingSettings(1.0, 1.0, 0, 8)
-    assert generator.stats().engine_policy_version is None  # the base alone until the first adapter
+    # The policy's adapter goes in with the engine (after a warm start it is no no-op), before any generation.
+    assert generator.stats().engine_policy_version == 0 and engine.llm_engine.list_loras() == {1}
     generator.generate(PROMPTS, G, sampling, seed=2)
-    assert engine.llm_engine.list_loras() == {1} and events(engine, "generate") == [("generate", 0, 1)]
+    assert events(engine, "generate") == [("generate", 0, 1)]
     for version in (1, 2):
         with torch.no_grad():
             for name, p in policy.model.named_parameters():
                 if "lora_B" in name:
                     p.add_(0.5 * torch.randn_like(p))
-        generator.policy_version = version
+        generator.sync_weights(version)
+        assert engine.llm_engine.list_loras() == {version + 1}  # in the engine before anything is generated
         groups = generator.generate(PROMPTS, G, sampling, seed=2)
         assert recompute_gap(policy.model.eval(), groups, sampling) <= 1e-4  # the engine serves this adapter
     assert events(engine, "generate")[1:] == [("generate", 0, 2), ("generate", 0, 3)]  # base weights untouched
@@ -292,20 +299,23 @@ def test_lora_adapters_go_in_under_a_new_id_per_version_and_the_old_one_goes(sta
     assert engine.llm_engine.list_loras() == {3}
     assert sorted(p.name for p in tmp_path.glob("lora-*")) == ["lora-v00000002-3"]  # older adapters deleted
     assert len(events(engine, "reset_prefix_cache")) == 3
-    assert generator.stats().stale_generations == 0 and generator.stats().weight_syncs == 3
+    assert generator.stats().weight_syncs == 3
 
 
-def test_a_failed_sync_raises_generates_nothing_and_is_tried_again(stand_in, monkeypatch):
+def test_a_failed_sync_raises_and_nothing_is_generated_until_one_succeeds(stand_in, monkeypatch):
     generator = VllmGenerator(wide_policy(), VllmConfig())
     (engine,) = stand_in.LLM.instances
     monkeypatch.setattr(vllm_stand_in._EngineModel, "load_weights",
                         lambda self, weights: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
-    generator.policy_version = 1
     with pytest.raises(WeightSyncError, match="CUDA out of memory"):
+        generator.sync_weights(1)
+    assert generator.stats().engine_policy_version is None  # half-loaded weights are no version's
+    with pytest.raises(WeightSyncError, match=r"sync_weights\(1\) must succeed"):
         generator.generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 4))
-    assert events(engine, "generate") == [] and generator.stats().engine_policy_version is None
+    assert events(engine, "generate") == []
     monkeypatch.undo()  # the stand-in's own loader again (and the fixture's modules are gone: reinstall)
     vllm_stand_in.install(monkeypatch)
+    generator.sync_weights(1)
     generator.generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 4))
     assert generator.stats().engine_policy_version == 1 and events(engine, "generate") == [("generate", 1, None)]
 
@@ -314,15 +324,19 @@ def test_a_prefix_cache_that_cannot_be_emptied_or_a_refused_adapter_fails_the_sy
     """Cached prompt KV blocks of the old weights would be stale weights by another name."""
     sampling = SamplingSettings(1.0, 1.0, 0, 4)
     generator = VllmGenerator(wide_policy(), VllmConfig())
+    lora_policy = load_policy("tiny-small", adapter="lora", lora_rank=8, lora_alpha=16)
+    lora = VllmGenerator(lora_policy, VllmConfig())
     monkeypatch.setattr(stand_in.LLM, "reset_prefix_cache", lambda self, *args: False)
-    generator.policy_version = 1
     with pytest.raises(WeightSyncError, match="prefix cache"):
+        generator.sync_weights(1)
+    with pytest.raises(WeightSyncError):
         generator.generate(PROMPTS, G, sampling)
-    lora = VllmGenerator(load_policy("tiny-small", adapter="lora", lora_rank=8, lora_alpha=16), VllmConfig())
     monkeypatch.setattr(vllm_stand_in._Engine, "add_lora", lambda self, request: False)
     with pytest.raises(WeightSyncError, match="refused the LoRA adapter"):
-        lora.generate(PROMPTS, G, sampling)
+        lora.sync_weights(1)
     assert lora.stats().engine_policy_version is None and not list(lora.scratch.glob("lora-*"))
+    with pytest.raises(WeightSyncError, match="refused the LoRA adapter"):  # the first adapter, at the start
+        VllmGenerator(lora_policy, VllmConfig())
 
 
 def test_a_nodes_rounds_generate_with_the_weights_of_the_version_they_publish(stand_in):
@@ -335,7 +349,8 @@ def test_a_nodes_rounds_generate_with_the_weights_of_the_version_they_publish(st
         "loss": {"divergence_threshold": 1e9},
     })
     policy = load_policy("tiny-small", seed=0)
-    generator = VllmGenerator(policy, config.generation.vllm, eos_token_ids=policy.tokenizer.eos_token_id)
+    generator = make_generator("vllm", policy, config.generation)
+    assert isinstance(generator, VllmGenerator)
     (engine,) = stand_in.LLM.instances
     hub = MemoryHub()
     node = Node(config, policy, DigitTask(), generator, MemoryTransport(hub, "ftis-demo", "a", policy.fingerprint,
@@ -347,7 +362,36 @@ def test_a_nodes_rounds_generate_with_the_weights_of_the_version_they_publish(st
     versions = [batch.policy.policy_version for batch in published]
     assert versions == [0, 1, 2]  # DigitTask's rewards vary, so every round stepped
     assert [e[1] for e in events(engine, "generate")] == versions  # engine weights = the published version
-    assert generator.stats().weight_syncs == 2 and generator.stats().stale_generations == 0
+    assert generator.stats().weight_syncs == 3  # one per optimizer step, right after it
+    assert [e[0] for e in engine.events if e[0] != "reload_weights"] == [
+        "generate", "load_weights", "reset_prefix_cache"] * 3
+
+
+def test_a_resumed_node_syncs_its_engine_to_the_checkpoint_when_it_resumes(stand_in, tmp_path):
+    """The engine starts from the fresh model's weights; resuming hands it the checkpoint's there and then."""
+    from ftis.node.runner.checkpoint import resume_latest, save_checkpoint
+
+    def vllm_node() -> tuple[Node, list]:
+        node = make_node(MemoryHub(), "a", generation={"backend": "vllm"})
+        published: list = []
+        node.transport.publish = published.append  # keep the batches; no peers here
+        return node, published
+
+    straight, batches = vllm_node()
+    for _ in range(2):
+        straight.run_round()
+    save_checkpoint(straight, tmp_path, keep_last=1)
+    straight.run_round()
+    resumed, resumed_batches = vllm_node()
+    engine = stand_in.LLM.instances[-1]
+    assert engine.events == []
+    resume_latest(resumed, tmp_path)
+    assert [e[0] for e in engine.events if e[0] != "reload_weights"] == ["load_weights", "reset_prefix_cache"]
+    assert resumed.generator.policy_version == resumed.generator.stats().engine_policy_version == 2
+    resumed.run_round()
+    assert resumed_batches[0].policy.policy_version == batches[2].policy.policy_version == 2
+    for sent, again in zip(batches[2].groups, resumed_batches[0].groups, strict=True):  # the checkpoint's weights
+        assert [c.token_ids.tolist() for c in sent.completions] == [c.token_ids.tolist() for c in again.completions]
 
 
 def test_build_node_starts_the_vllm_backend_when_configured(stand_in):

@@ -27,6 +27,7 @@ from node_helpers import LIMITS, DigitTask
 from real_vllm import close_engines, open_engine, real_vllm_runs_here
 
 from ftis.node.config import NodeConfig, VllmConfig
+from ftis.node.generation import make_generator
 from ftis.node.generation.vllm_backend import VllmGenerator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
@@ -86,12 +87,12 @@ def test_after_a_sync_the_engine_samples_the_trainers_new_weights(monkeypatch, w
     assert recompute_gap(policy.model, generator.generate(PROMPTS, G, SAMPLING, seed=3)) <= TOLERANCE
     for version in (1, 2):
         old = perturb(policy.model, which)
-        generator.policy_version = version
+        generator.sync_weights(version)
         groups = generator.generate(PROMPTS, G, SAMPLING, seed=3)
         assert recompute_gap(policy.model, groups) <= TOLERANCE
         assert gap_under(policy.model, old, groups) > 10 * TOLERANCE  # the old weights would not explain them
     stats = generator.stats()
-    assert (stats.weight_syncs, stats.engine_policy_version, stats.stale_generations) == (2, 2, 0)
+    assert (stats.weight_syncs, stats.engine_policy_version) == (2, 2)
 
 
 def test_lora_adapters_of_each_version_are_the_ones_served(monkeypatch, tmp_path):
@@ -102,12 +103,12 @@ def test_lora_adapters_of_each_version_are_the_ones_served(monkeypatch, tmp_path
     assert recompute_gap(policy.model, generator.generate(PROMPTS, G, SAMPLING, seed=3)) <= TOLERANCE
     for version in (1, 2):
         old = perturb(policy.model, "lora_B")
-        generator.policy_version = version
+        generator.sync_weights(version)
         groups = generator.generate(PROMPTS, G, SAMPLING, seed=3)
         assert recompute_gap(policy.model, groups) <= TOLERANCE
         assert gap_under(policy.model, old, groups) > 10 * TOLERANCE
     assert [p.name for p in tmp_path.glob("lora-*")] == ["lora-v00000002-3"]  # only the current adapter kept
-    assert generator.stats().weight_syncs == 3 and generator.stats().stale_generations == 0
+    assert generator.stats().weight_syncs == 3  # the first adapter at the start, then one per version
 
 
 def test_a_nodes_rounds_train_on_what_the_engine_generated_with_their_version(monkeypatch):
@@ -119,8 +120,7 @@ def test_a_nodes_rounds_train_on_what_the_engine_generated_with_their_version(mo
         "loss": {"divergence_threshold": 1e9},
     })
     policy = load_policy(MODEL, seed=0)
-    generator = open_engine(monkeypatch, lambda: VllmGenerator(policy, config.generation.vllm, seed=0,
-                                                               eos_token_ids=policy.tokenizer.eos_token_id))
+    generator = open_engine(monkeypatch, lambda: make_generator("vllm", policy, config.generation))
     node = Node(config, policy, DigitTask(), generator,
                 MemoryTransport(MemoryHub(), "ftis-demo", "a", policy.fingerprint, LIMITS))
     published = []
@@ -131,7 +131,7 @@ def test_a_nodes_rounds_train_on_what_the_engine_generated_with_their_version(mo
     for report in reports:
         step = report.step
         assert step.trained and abs(step.is_weight_mean - 1.0) < 1e-3 and step.is_weight_max < 1.01, step
-    assert generator.stats().weight_syncs == 2 and generator.stats().stale_generations == 0
+    assert generator.stats().weight_syncs == 3  # each step's weights go into the engine at the end of its round
 
 
 def test_ftis_node_join_with_the_vllm_backend_trains_and_counts_its_syncs(tmp_path):
@@ -149,7 +149,7 @@ def test_ftis_node_join_with_the_vllm_backend_trains_and_counts_its_syncs(tmp_pa
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rounds = [r for r in records if "generator_weight_syncs" in r]
     assert len(rounds) == 4
-    trained = sum(bool(r["train_trained"]) for r in rounds[:-1])  # a step before a round means a sync in it
+    trained = sum(bool(r["train_trained"]) for r in rounds)  # each step is synced at the end of its round
     assert trained > 0 and rounds[-1]["generator_weight_syncs"] == trained
-    assert all(r["generator_stale_generations"] == 0 for r in rounds)
+    assert rounds[-1]["generator_engine_policy_version"] == trained
     assert all(abs(r["train_is_weight_mean"] - 1.0) < 1e-3 for r in rounds if r["train_trained"])

@@ -1,14 +1,16 @@
 """ftis.node.generation: sampling groups of completions with their sampler log-probs (docs/loss.md).
 
 Files:
-- ``types.py``  the ``Generator`` interface, ``GeneratedCompletion``, the request checks every backend
-                applies, and ``GENERATORS`` / ``make_generator``: the one table that names the backends.
+- ``types.py``  the ``Generator`` interface (``generate``, and ``sync_weights``: the one way its weights
+                change), ``GeneratedCompletion``, the request checks every backend applies.
+- ``factory.py`` ``GENERATORS`` / ``make_generator``: the one table that names the backends, and the one way
+                to build a generator (from a ``Policy`` and the ``[generation]`` settings).
 - ``hf.py``     the transformers backend: ``TransformersGenerator`` (a batched, left-padded sampling
                 loop with a KV cache), ``processed_logprobs`` (the distribution a token is drawn from:
                 logits / T, top-k, top-p — the trainer's recompute uses it too), and ``greedy``
                 (argmax decoding for evaluation).
 - ``vllm_backend.py`` ``VllmGenerator``: the vLLM backend (needs the ``[vllm]`` extra and a GPU): requests, reading
-                vLLM's outputs (per-token processed log-probs), the stale-weight guard and its stats.
+                vLLM's outputs (per-token processed log-probs), the weight sync's bookkeeping and its stats.
 - ``vllm_engine.py``  starting the engine: the vLLM version required, in-process mode, ``logprobs_mode``, the
                 memory share, the export of the current weights it starts from.
 - ``vllm_sync.py``    the weight sync after an optimizer step: full weights in place, or a new LoRA adapter per version.
@@ -16,11 +18,12 @@ Files:
 
 The sampling settings are ``ftis.protocol.SamplingSettings``. Importing this package does not import
 torch, transformers or vLLM: ``hf.py`` loads the first two, building a ``VllmGenerator`` the third, so import
-those modules directly (or build through ``make_generator("transformers" | "vllm", ...)``).
+those modules directly, or build through ``make_generator("transformers" | "vllm" | "fake", policy, settings)``.
 """
 
+from ftis.node.generation.factory import GENERATORS, make_generator
 from ftis.node.generation.fake import FakeGenerator
-from ftis.node.generation.types import GENERATORS, GeneratedCompletion, Generator, check_request, make_generator
+from ftis.node.generation.types import GeneratedCompletion, Generator, check_request
 from ftis.protocol import SamplingSettings
 
 __all__ = [

@@ -55,13 +55,21 @@ class FakeGenerator:
             raise ValueError(f"mean_length must be > 1, got {mean_length}")
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
-        self.policy_version = policy_version
+        self._policy_version = policy_version
         logits = np.random.default_rng(policy_seed).standard_normal(vocab_size)
         others = np.delete(logits, eos_token_id)
         log_mass_others = others.max() + np.log(np.exp(others - others.max()).sum())
         # p(eos) = e^l / (e^l + M) = 1 / mean_length  ⇔  l = log M − log(mean_length − 1)
         logits[eos_token_id] = log_mass_others - np.log(mean_length - 1)
         self.logits = logits  # (V,) float64, the policy
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    def sync_weights(self, policy_version: int) -> None:
+        """Record the trainer's version; this policy is fixed, so nothing else changes."""
+        self._policy_version = int(policy_version)
 
     def generate(
         self,

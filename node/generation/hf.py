@@ -234,7 +234,8 @@ def _decode(
 
 class TransformersGenerator:
     """The ``Generator`` over a transformers causal LM (full or peft-wrapped), on whatever device it
-    sits. The model is used in place: a trainer that updates it sets ``policy_version`` after each step."""
+    sits. The model is used in place: the trainer's weights are the ones it samples, and ``sync_weights``
+    after a step only records their version."""
 
     def __init__(
         self,
@@ -248,7 +249,15 @@ class TransformersGenerator:
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id
         self.batch_size = batch_size  # sequences per forward pass (prompts × G are split into chunks)
-        self.policy_version = policy_version
+        self._policy_version = policy_version
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    def sync_weights(self, policy_version: int) -> None:
+        """Record the trainer's version: the model is shared, so it already holds those weights."""
+        self._policy_version = int(policy_version)
 
     def generate(
         self,

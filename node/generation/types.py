@@ -1,5 +1,4 @@
-"""The generator interface every backend implements, what it returns, and the one table that names
-the backends.
+"""The generator interface every backend implements, what it returns, and the checks every backend applies.
 
 A generator turns P prompts (token id arrays) into P groups of G completions and records, for every
 sampled token, its ``sampler_logprobs`` (docs/loss.md): the log-prob under the distribution the token
@@ -11,7 +10,7 @@ The sampling settings are the protocol's ``SamplingSettings``: the ones a batch 
 are exactly the ones its completions were sampled with.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -54,10 +53,23 @@ class GeneratedCompletion:
 
 
 class Generator(Protocol):
-    """Samples groups of completions. Implementations: ``TransformersGenerator`` (``hf.py``),
-    ``VllmGenerator`` (``vllm_backend.py``), ``FakeGenerator`` (``fake.py``)."""
+    """Samples groups of completions with the trainer's weights. Implementations: ``TransformersGenerator``
+    (``hf.py``), ``VllmGenerator`` (``vllm_backend.py``), ``FakeGenerator`` (``fake.py``); build one with
+    ``factory.make_generator``.
 
-    policy_version: int  # the optimizer steps of the weights it generates with; whoever updates them sets it
+    Its weights change only through ``sync_weights``: whoever updates the trainer's weights (the node, after
+    an optimizer step or a checkpoint's resume) calls it, and ``policy_version`` can be read, never set."""
+
+    @property
+    def policy_version(self) -> int:
+        """The optimizer steps of the weights it generates with."""
+        ...
+
+    def sync_weights(self, policy_version: int) -> None:
+        """The trainer's weights are now ``policy_version``: generate with them from here on. A backend with
+        weights of its own (vLLM's engine) copies them now, and raises ``WeightSyncError`` if it cannot; one
+        that samples the trainer's model itself (transformers) only records the number."""
+        ...
 
     def generate(
         self,
@@ -92,44 +104,6 @@ def check_request(prompts: list[np.ndarray], num_completions: int, sampling: Sam
         prompt = np.asarray(prompt)
         if prompt.ndim != 1 or prompt.size == 0 or prompt.dtype.kind not in "iu":
             raise ValueError(f"prompts[{i}] must be a non-empty 1-D array of token ids")
-
-
-# --- the backends, by name ------------------------------------------------------------------------------
-# Each builder imports its backend only when called: naming the table must not import torch or vllm.
-
-
-def _transformers(**kwargs) -> Generator:
-    from ftis.node.generation.hf import TransformersGenerator
-
-    return TransformersGenerator(**kwargs)
-
-
-def _fake(**kwargs) -> Generator:
-    from ftis.node.generation.fake import FakeGenerator
-
-    return FakeGenerator(**kwargs)
-
-
-def _vllm(**kwargs) -> Generator:
-    from ftis.node.generation.vllm_backend import VllmGenerator
-
-    return VllmGenerator(**kwargs)
-
-
-GENERATORS: dict[str, Callable[..., Generator]] = {
-    "transformers": _transformers,  # TransformersGenerator(model, eos_token_ids=..., pad_token_id=..., batch_size=...)
-    "vllm": _vllm,  # VllmGenerator(policy, settings=VllmConfig(...), eos_token_ids=..., seed=...)
-    "fake": _fake,  # FakeGenerator(vocab_size=..., eos_token_id=..., mean_length=..., policy_seed=...)
-}
-
-
-def make_generator(kind: str, **kwargs) -> Generator:
-    """The generator named ``kind`` in ``GENERATORS``, built with ``kwargs``."""
-    try:
-        build = GENERATORS[kind]
-    except KeyError:
-        raise ValueError(f"unknown generator {kind!r}; known: {', '.join(sorted(GENERATORS))}") from None
-    return build(**kwargs)
 
 
 def stop_token_ids(model: Any, eos_token_ids: int | Sequence[int] | None) -> frozenset[int]:

@@ -2,7 +2,7 @@
 
     generator = VllmGenerator(policy, VllmConfig(gpu_memory_utilization=0.3), seed=0)
     groups = generator.generate(prompts, num_completions=8, sampling=SamplingSettings(1.0, 1.0, 0, 256), seed=step)
-    generator.policy_version = trainer.policy_version  # after each optimizer step, as the node does
+    generator.sync_weights(trainer.policy_version)  # after each optimizer step, as the node does
 
 Needs the ``[vllm]`` extra (vLLM ≥ 0.10.2) and a GPU; importing this module imports neither vLLM nor
 torch's CUDA side — the engine starts when the generator is built (``vllm_engine.py`` says which options
@@ -25,12 +25,15 @@ engine's ``max_model_len``) cut it. A sample whose end-of-sequence id falls exac
 aborted request, missing or non-finite log-probs — raises ``VllmOutputError``: a batch with made-up
 log-probs must not reach the swarm. The transformers backend stops at the same ids (``types.stop_token_ids``).
 
-**Weights.** The engine starts with the policy's weights (an export, ``vllm_engine.py``). The node sets
-``policy_version`` after every optimizer step; the next ``generate`` first brings the engine to that version
-(``vllm_sync.py``: full weights in place, or the new LoRA adapter) and only then samples, so generation never
-uses stale weights; a failed sync raises ``WeightSyncError`` and nothing is generated. ``stats()`` says
-how many syncs ran, how long they took, the version the engine holds, and ``stale_generations`` — calls that
-sampled with weights older than ``policy_version`` (0 unless that guarantee broke).
+**Weights.** The engine starts with the policy's weights: full fine-tuning from an export of them
+(``vllm_engine.py``), LoRA from the base plus the policy's adapter, handed over before the constructor
+returns. They change only when the node calls ``sync_weights(version)`` after an optimizer step (or a
+checkpoint's resume): that call copies the trainer's weights into the engine there and then (``vllm_sync.py``:
+full weights in place, or the new LoRA adapter), and is a no-op for the version the engine holds. ``generate``
+never syncs: it samples with what the engine holds. A failed sync raises ``WeightSyncError`` and leaves the
+engine's weights no version's; ``generate`` then refuses until a sync succeeds, so nothing is sampled with
+weights other than ``policy_version``'s. ``stats()`` says how many syncs ran, how long they took, and the
+version the engine holds.
 """
 
 import shutil
@@ -44,7 +47,13 @@ from typing import Any
 import numpy as np
 
 from ftis.node.config import VllmConfig
-from ftis.node.generation.types import GeneratedCompletion, GenerationBackendError, check_request, stop_token_ids
+from ftis.node.generation.types import (
+    GeneratedCompletion,
+    GenerationBackendError,
+    WeightSyncError,
+    check_request,
+    stop_token_ids,
+)
 from ftis.protocol import SamplingSettings
 
 
@@ -54,11 +63,10 @@ class VllmOutputError(GenerationBackendError):
 
 @dataclass(frozen=True)
 class VllmStats:
-    engine_policy_version: int | None  # the version whose weights the engine holds (None: none yet, LoRA)
-    weight_syncs: int
+    engine_policy_version: int | None  # the version whose weights the engine holds (None: a sync failed)
+    weight_syncs: int  # LoRA: the first adapter, handed over at the start, is one
     weight_sync_seconds: float  # all syncs together
     generations: int  # generate calls
-    stale_generations: int  # generate calls that sampled with weights older than policy_version
 
 
 class VllmGenerator:
@@ -87,32 +95,36 @@ class VllmGenerator:
             self.scratch.mkdir(parents=True, exist_ok=True)
             self._remove_scratch = None
         self.llm = start_engine(policy, settings, self.scratch, seed, policy_version)
+        self._policy_version = int(policy_version)
+        self._syncs, self._sync_seconds, self._generations = 0, 0.0, 0
         if policy.adapter == "full":
             self._sync: Any = FullWeightSync(self.llm, policy.model)
-            self._engine_version: int | None = policy_version  # started from an export of these weights
+            self._engine_version: int | None = self._policy_version  # started from an export of these weights
         else:
             from vllm.lora.request import LoRARequest
 
             self._sync = LoraWeightSync(self.llm, policy.model, self.scratch, LoRARequest)
-            self._engine_version = None  # the base alone: the first generate adds the adapter
-        self._policy_version = policy_version
-        self._syncs, self._sync_seconds, self._generations, self._stale = 0, 0.0, 0, 0
+            self._engine_version = None  # the base alone; the policy's adapter goes in now (a warm start's is not
+            # the identity)
+            try:
+                self.sync_weights(self._policy_version)
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def policy_version(self) -> int:
+        """The version the trainer's weights were last synced as (the engine's, unless that sync failed)."""
         return self._policy_version
 
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        """The trainer's weights are now this version: the next ``generate`` syncs the engine first."""
-        self._policy_version = int(version)
-
-    def sync_weights(self) -> None:
-        """Bring the engine to ``policy_version`` now, if it is not there (``generate`` does it anyway)."""
-        if self._engine_version == self._policy_version:
-            return
+    def sync_weights(self, policy_version: int) -> None:
+        """The trainer's weights are now ``policy_version``: copy them into the engine now, unless it holds
+        that version already. ``WeightSyncError`` if it cannot; ``generate`` refuses until a sync succeeds."""
         from ftis.node.generation.vllm_sync import timed_sync
 
+        self._policy_version = int(policy_version)
+        if self._engine_version == self._policy_version:
+            return
         self._engine_version = None  # until the sync has finished, the engine's weights are nobody's version
         self._sync_seconds += timed_sync(self._sync, self._policy_version)
         self._syncs += 1
@@ -126,20 +138,20 @@ class VllmGenerator:
         seed: int | None = None,
     ) -> list[list[GeneratedCompletion]]:
         check_request(prompts, num_completions, sampling)
-        self.sync_weights()
+        if self._engine_version != self._policy_version:  # only after a failed sync
+            raise WeightSyncError(f"the engine holds no policy version since a failed weight sync: "
+                                  f"sync_weights({self._policy_version}) must succeed before it generates")
         seeds = request_seeds(seed, len(prompts), num_completions)
         params = [self._sampling_params(num_completions, sampling, s) for s in seeds]
         requests = [{"prompt_token_ids": [int(t) for t in prompt]} for prompt in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._sync.lora_request)
         self._generations += 1
-        if self._engine_version != self._policy_version:
-            self._stale += 1
         if len(outputs) != len(prompts):
             raise VllmOutputError(f"vLLM answered {len(outputs)} of {len(prompts)} requests")
         return [self._group(output, num_completions, sampling.max_new_tokens) for output in outputs]
 
     def stats(self) -> VllmStats:
-        return VllmStats(self._engine_version, self._syncs, self._sync_seconds, self._generations, self._stale)
+        return VllmStats(self._engine_version, self._syncs, self._sync_seconds, self._generations)
 
     def close(self) -> None:
         """Drop the engine (its GPU memory goes with the last reference) and the scratch folder if it is ours."""

@@ -116,6 +116,7 @@ class LoraWeightSync:
         engine = self.llm.llm_engine
         if previous is not None:
             engine.remove_lora(previous.lora_int_id)  # max_loras = 1: make room before adding
+            shutil.rmtree(previous.lora_path, ignore_errors=True)  # out of the engine: nothing reads it again
         self.lora_request = None
         try:
             added = engine.add_lora(request)  # loads it now, so a broken adapter fails here and not mid-generation
@@ -126,8 +127,6 @@ class LoraWeightSync:
             raise WeightSyncError(f"vLLM refused the LoRA adapter of policy v{policy_version}"
                                   f"{': ' + str(added) if isinstance(added, Exception) else ''}")
         self.lora_request = request
-        if previous is not None:
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
         reset_prefix_cache(self.llm, policy_version)
 
     def _write_adapter(self, folder: Path) -> None:

@@ -30,7 +30,7 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     """The node ``config`` describes; ``transport_factory(tokenizer_fingerprint)`` makes its transport
     (default: join the hivemind swarm). With ``[model.warmup] steps`` the policy starts from the cached (or
     now trained) warm start; ``echo`` gets its progress and cache path."""
-    from ftis.node.generation.hf import TransformersGenerator
+    from ftis.node.generation import make_generator
     from ftis.node.models import load_policy
 
     m = config.model
@@ -48,15 +48,8 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
              "truncation of the policy being trained, so this node's own samples are off-policy too (their IS "
              "weights fall below 1; see docs/loss.md)")
     task = build_task(config.task)
-    if config.generation.backend == "vllm":  # the engine starts now, on the trainer's GPU, from its weights
-        from ftis.node.generation.vllm_backend import VllmGenerator
-
-        generator = VllmGenerator(policy, config.generation.vllm, eos_token_ids=policy.tokenizer.eos_token_id,
-                                  seed=m.seed)
-    else:
-        generator = TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                          pad_token_id=policy.tokenizer.pad_token_id,
-                                          batch_size=config.generation.batch_size)
+    # vLLM's engine starts now, on the trainer's GPU, from the policy's current weights
+    generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     if transport_factory is None:
         from ftis.node.swarm.hivemind_transport import HivemindTransport
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ftis.node.config import NodeConfig
+from ftis.node.generation import Generator
 from ftis.node.models import Policy
 from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_problems
 from ftis.node.runner.overlap import Overlap, Texts, batch_key
@@ -96,7 +97,7 @@ class _Boundary:
 
 
 class Node:
-    def __init__(self, config: NodeConfig, policy: Policy, task: Task, generator: object, transport: Transport):
+    def __init__(self, config: NodeConfig, policy: Policy, task: Task, generator: Generator, transport: Transport):
         self.config, self.policy, self.task, self.generator, self.transport = (
             config, policy, task, generator, transport)
         self.trainer = Trainer(policy.model, policy.adapter, config.loss, config.trainer,
@@ -164,7 +165,8 @@ class Node:
         if overlap is not None:
             with watch.part("publish"):
                 overlap.publisher.flush()
-        self.generator.policy_version = self.trainer.policy_version
+        with watch.part("generate"):  # the generator's own work: vLLM copies the new weights into its engine
+            self.generator.sync_weights(self.trainer.policy_version)
         for peer in step.nonfinite_peers:  # a refused step: the peers whose groups alone were not finite
             if peer in batches_by_peer:
                 self.transport.report_fault(peer, NONFINITE)
@@ -214,10 +216,10 @@ class Node:
         return NodeState(self._boundary.round, self._boundary.rng, self.trainer.state_dict())
 
     def load_state_dict(self, state: NodeState) -> None:
-        """Continue from ``state``: its round, optimizer, policy version and RNG states (load the weights
-        into the policy separately)."""
+        """Continue from ``state``: its round, optimizer, policy version and RNG states. Load the weights into
+        the policy first: the generator takes them here (``sync_weights``)."""
         self.trainer.load_state_dict(state.trainer)
-        self.generator.policy_version = self.trainer.policy_version
+        self.generator.sync_weights(self.trainer.policy_version)
         self.round = state.round
         state.rng.restore(self._rng)
         self._boundary = self._snapshot()
