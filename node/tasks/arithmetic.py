@@ -47,8 +47,8 @@ _INTEGER = re.compile(r"-?\d+")
 
 
 class ArithmeticSettings(ArithmeticConfig):
-    """The task's settings: ``ArithmeticConfig`` (``node/config/arithmetic.py`` declares, describes and checks each one),
-    refused as the task refuses anything: an unknown name is a TypeError, a bad value a ``TaskError``."""
+    """The task's settings: ``ArithmeticConfig`` (``node/config/arithmetic.py`` declares, describes and checks
+    each one), refused as the task refuses anything: an unknown name is a TypeError, a bad value a ``TaskError``."""
 
     def __init__(self, **settings: object) -> None:
         unknown = sorted(settings.keys() - ArithmeticConfig.model_fields.keys())
