@@ -20,6 +20,7 @@ Prompts are token id arrays: no tokenizer is needed.
 
 import subprocess
 import sys
+import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -438,6 +439,8 @@ def test_make_generator_builds_each_named_backend_from_a_policy_and_the_settings
     policy = Policy(model, build_tokenizer(), "test-llama", "full", "test")  # a tokenizer of 105 ids, EOS 2
     settings = GenerationConfig(batch_size=3, vllm={"gpu_memory_utilization": 0.2})
     assert set(GENERATORS) == {"transformers", "vllm", "fake"}
+    # A config file chooses among the real backends; every one it can name is in the table.
+    assert set(typing.get_args(GenerationConfig.model_fields["backend"].annotation)) == {"transformers", "vllm"}
     built = make_generator("transformers", policy, settings)
     assert isinstance(built, TransformersGenerator) and built.model is model and built.batch_size == 3
     assert (built.eos_token_ids, built.pad_token_id, built.policy_version) == (EOS, PAD, 0)
