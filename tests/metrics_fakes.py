@@ -3,7 +3,7 @@
 
 from ftis.node.runner.node import RoundReport
 from ftis.node.swarm.transport import TransportStats
-from ftis.node.trainer.trainer import StepMetrics
+from ftis.node.trainer.step_metrics import StepMetrics
 
 PEER_A, PEER_B = "12D3KooWAlphaAlphaAlphaAlpha", "12D3KooWBravoBravoBravoBravo"
 

@@ -4,13 +4,15 @@ console forced to act as a terminal), and the choice between them."""
 import io
 import re
 import sys
+from dataclasses import fields, replace
 
 import pytest
-from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
+from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_metrics
 from rich.console import Console
 
 from ftis.node.runner.display import LineDisplay, TableDisplay, make_display, summary_line
 from ftis.node.runner.metrics import report_record
+from ftis.node.trainer.step_metrics import FIGURES, Figure, StepMetrics
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -92,6 +94,46 @@ def test_table_before_any_peer():
     lines = last_drawing(render_table([record(0, peer_reward=float("nan")) | {"peer_groups_by_peer": {},
                                                                                "rejections_by_peer": {}}]))
     assert row(lines, "0")[2] == "-" and row(lines, "none yet") == ["none yet", "0", "0", "0"]
+
+
+def changed(step: StepMetrics, name: str) -> StepMetrics:
+    """``step`` with the figure ``name`` set to another value (set directly: derived figures too)."""
+    copy, value = replace(step), getattr(step, name)
+    if isinstance(value, bool):
+        value = not value
+    elif isinstance(value, int | float):
+        value = value * 2 + 7
+    else:
+        value = [*value, "12D3KooWCharlieCharlieCharlie"]
+    object.__setattr__(copy, name, value)
+    return copy
+
+
+def test_every_figure_marked_shown_reaches_the_terminal():
+    """Changing any figure ``StepMetrics`` marks ``shown`` changes what the terminal shows (the summary line
+    or the table), on a step taken or on a refused one."""
+    bases = [step_metrics(), replace(step_metrics(trained=False), refused=True)]
+
+    def drawn(step: StepMetrics) -> str:
+        r = report_record(replace(report(transport=AFTER), step=step), previous=BEFORE)
+        return summary_line(r) + render_table([r])
+
+    shown = [name for name, figure in FIGURES.items() if figure.shown]
+    assert {f.name for f in fields(StepMetrics)} > set(shown) > {"loss", "filtered_fraction", "divergence_mean"}
+    for name in shown:
+        assert any(drawn(base) != drawn(changed(base, name)) for base in bases), name
+
+
+def test_a_shown_figure_beyond_the_layout_follows_it_by_name(monkeypatch):
+    import ftis.node.runner.display as display
+
+    monkeypatch.setattr(display, "_MORE", (("novel_fraction", Figure(shown=True, unit="fraction")),
+                                           ("novel_count", Figure(shown=True, unit="count"))))
+    novel = {"train_novel_fraction": 0.5, "train_novel_count": 12}
+    assert "D 0.120  novel_fraction 50%  novel_count 12  gen " in summary_line(record() | novel)
+    lines = last_drawing(render_table([record(3) | novel, record(4, trained=False) | novel]))
+    assert row(lines, "3")[8:11] == ["0.120", "50%", "12"] and row(lines, "4")[8:11] == ["-", "-", "-"]
+    assert row(lines, "round")[9:11] == ["fraction", "count"]  # the headers' second lines (their first: novel)
 
 
 def test_make_display_picks_by_terminal(monkeypatch):

@@ -6,6 +6,7 @@ pair of nodes writing all of it through ``RunMetrics``."""
 import json
 import math
 import struct
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from ftis.node.config import MetricsConfig, NodeConfig
 from ftis.node.runner.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.trainer.step_metrics import FIGURES, PeerFiltered, StepMetrics, record_key
 
 
 def test_record_holds_every_figure_with_per_step_traffic_and_rejections():
@@ -139,6 +141,44 @@ def test_run_metrics_of_two_real_tiny_nodes(tmp_path):
     # cold models score 0 everywhere: the peer's groups teach nothing, so they arrive and take no place
     used, received = records[1]["peer_groups_used"], records[1]["peer_groups_received"]
     assert f"peer {records[1]['peer_reward']:.2f}" in lines[1] and f"peer {used}/{received} from " in lines[1]
+
+
+def distinct_step(trained: bool) -> StepMetrics:
+    """A step whose every figure has a value of its own, none of them the default."""
+    values: dict[str, object] = {}
+    for k, f in enumerate(fields(StepMetrics)):
+        default = f.default_factory() if f.default is MISSING else f.default
+        if not f.init:  # derived from the others
+            continue
+        if isinstance(default, bool):
+            values[f.name] = not default
+        elif isinstance(default, int | float):
+            values[f.name] = type(default)(k + 2) + (0.5 if isinstance(default, float) else 0)
+        elif isinstance(default, dict):
+            values[f.name] = {PEER_A: PeerFiltered(4, 1)}
+        else:
+            values[f.name] = [PEER_B]
+    return StepMetrics(**values | {"trained": trained})
+
+
+def test_every_declared_figure_reaches_the_record_and_tensorboard(tmp_path):
+    """Every field of ``StepMetrics`` is in ``metrics.jsonl`` as ``train_<name>`` with its value, and in
+    TensorBoard under its tag: on a step taken, and also on one not taken when it is marked ``every_step``.
+    Declaring a figure is all it takes."""
+    steps = [distinct_step(trained=True), distinct_step(trained=False)]
+    metrics = RunMetrics(tmp_path, MetricsConfig(display="lines"), lambda line: None)
+    for round_, step in enumerate(steps):
+        metrics.record(replace(report(round_), step=step))
+    metrics.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    scalars = read_scalars(tmp_path / "tensorboard")
+    for name, figure in FIGURES.items():
+        for record, step in zip(records, steps, strict=True):
+            assert record[record_key(name)] == json.loads(json.dumps(asdict(step)[name])), name
+        if figure.tag is not None:
+            expected = [(n, pytest.approx(float(getattr(step, name)))) for n, step in enumerate(steps)
+                        if step.trained or figure.every_step]
+            assert scalars[figure.tag] == expected, name
 
 
 def test_tensorboard_can_be_switched_off(tmp_path):

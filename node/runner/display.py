@@ -8,6 +8,10 @@ reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
 
 ``make_display("auto" | "table" | "lines", echo)`` picks one; ``auto`` shows the table only when
 standard output is a terminal.
+
+The training step's established figures are laid out by hand below (``_LAID_OUT``); every other figure
+``StepMetrics`` marks ``shown`` (``trainer/step_metrics.py``) follows them by name, in the summary line
+and as a column of the table, with no change here.
 """
 
 import math
@@ -22,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ftis.node.runner.alone import ALONE_AFTER_S
+from ftis.node.trainer.step_metrics import FIGURES, Figure, record_key
 
 Record = Mapping[str, Any]
 
@@ -72,7 +77,8 @@ def summary_line(record: Record) -> str:
                    f" (adv {percent(r['train_filtered_advantage_fraction'])}"
                    f" div {percent(r['train_filtered_divergence_fraction'])})"
                    f"  IS {r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}"
-                   f" trunc {percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}")
+                   f" trunc {percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}"
+                   + "".join(f"  {name} {value}" for name, value in _more_figures(r).items()))
     elif r.get("train_refused"):
         culprits = ", ".join(r.get("train_nonfinite_peers") or []) or "no single peer"
         trained = f"STEP REFUSED: loss or gradient not finite (from {culprits})"
@@ -135,7 +141,8 @@ class TableDisplay:
         caption += _contact(latest)
         table = Table(title=f"ftis-node: last steps (policy v{latest['train_policy_version']})", caption=caption,
                       box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
-        for name in _STEP_COLUMNS:
+        more = [name.replace("_", "\n", 1) for name, _ in _MORE]
+        for name in (*_STEP_COLUMNS[:9], *more, *_STEP_COLUMNS[9:]):
             table.add_column(name, justify="right", no_wrap=True)
         for r in self._records:
             trained = r["train_trained"]
@@ -151,6 +158,7 @@ class TableDisplay:
                 f"{r['train_is_weight_mean']:.2f}/{r['train_is_weight_max']:.2f}" if trained else "-",
                 percent(r["train_truncated_fraction"]) if trained else "-",
                 f"{r['train_divergence_mean']:.3f}" if trained else "-",
+                *(_more_figures(r).values() if trained else ["-"] * len(_MORE)),
                 f"{r['generation_tokens_per_s']:.0f}",
                 f"{r['train_tokens_per_s']:.0f}",
                 size(r["bytes_sent"]),
@@ -178,6 +186,26 @@ class TableDisplay:
 # filtered is the fraction of completions dropped, then its share by advantage / by divergence.
 _STEP_COLUMNS = ("round", "acc\nown", "acc\npeer", "acc\neval", "groups\nown/peer/rcvd", "filtered\nall adv/div",
                  "IS w\nmean/max", "trunc", "D", "gen\ntok/s", "train\ntok/s", "sent", "recv", "rej")
+
+
+# The step's figures the layout above shows in its own words.
+_LAID_OUT = {"trained", "policy_version", "loss", "tokens", "filtered_fraction", "filtered_advantage_fraction",
+             "filtered_divergence_fraction", "is_weight_mean", "is_weight_max", "truncated_fraction",
+             "divergence_mean", "refused", "nonfinite_peers", "tokens_per_s"}
+# ...and the others shown, by name after them.
+_MORE: tuple[tuple[str, Figure], ...] = tuple((name, figure) for name, figure in FIGURES.items()
+                                              if figure.shown and name not in _LAID_OUT)
+
+
+def _more_figures(r: Record) -> dict[str, str]:
+    """The shown figures beyond the laid-out ones, written by their unit: name -> text."""
+    return {name: _written(r[record_key(name)], figure) for name, figure in _MORE}
+
+
+def _written(value: float, figure: Figure) -> str:
+    if figure.unit == "fraction":
+        return percent(value)
+    return f"{value:.0f}" if figure.unit == "count" else f"{value:.3g}"
 
 
 def fixed(value: float | None) -> str:

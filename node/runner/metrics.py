@@ -8,6 +8,9 @@ One flat record per step (``report_record``) is the single source of every outpu
 - ``DIR/peers.json``: the node's scores of its peers (``swarm/peer_view.py``), replaced every step, for
   ``ftis-node status --node DIR``.
 
+A figure of the training step is declared once, as a field of ``StepMetrics`` (``trainer/step_metrics.py``):
+its record key ``train_<name>``, its TensorBoard tag and its place on the terminal all follow from there.
+
 ``RunMetrics`` ties them together for the run loop: ``record(report, eval_accuracy=None)`` once per
 step, ``close()`` at the end. The files are written on a background thread (``writer.py``), in order, so
 the loop only hands records over; ``close()`` writes everything handed over, and a failed write is raised
@@ -33,6 +36,7 @@ from ftis.node.runner.utilisation import LoopLap
 from ftis.node.runner.writer import BackgroundWriter
 from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.transport import TransportStats
+from ftis.node.trainer.step_metrics import FIGURES, record_key
 
 Record = dict[str, Any]
 
@@ -43,7 +47,6 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
     before (None for the first): per-step traffic and rejections are the differences from it. ``loop``:
     the round's share of the run loop's wall time (``utilisation.py``), when the run loop measured it;
     ``alone_s``: seconds since the node last saw a peer (``alone.py``)."""
-    step = asdict(report.step)
     now, before = report.transport, previous or TransportStats()
     return {
         "round": report.round,
@@ -66,8 +69,7 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
         "merged_group_size": report.merged_group_size,
         "mismatched_groups": report.mismatched_groups,
         **{f"generator_{key}": value for key, value in report.generator.items()},
-        **{f"train_{key}": value for key, value in step.items()},
-        "train_tokens_per_s": report.step.tokens_per_s,
+        **{record_key(name): value for name, value in asdict(report.step).items()},  # every StepMetrics figure
         "bytes_sent": now.published_bytes - before.published_bytes,
         "bytes_received": now.delivered_bytes - before.delivered_bytes,
         "batches_sent": now.published_batches - before.published_batches,
@@ -104,7 +106,8 @@ def _by_peer(rejections: Mapping[tuple[str, str], int]) -> dict[str, dict[str, i
     return peers
 
 
-# TensorBoard tag -> record field. Training figures are only meaningful when a step was taken.
+# TensorBoard tag -> record field, for the round's figures; the training step's declare their own tags
+# (``StepMetrics``, ``trainer/step_metrics.py``).
 _SCALARS = {
     "reward/own": "own_reward",
     "reward/peer": "peer_reward",
@@ -113,10 +116,7 @@ _SCALARS = {
     "groups/peer_used": "peer_groups_used",
     "groups/peer_received": "peer_groups_received",
     "groups/unusable": "unusable_groups",
-    "groups/zero_variance": "train_zero_variance_groups",
-    "groups/trained": "train_groups",
     "throughput/generation_tokens_per_s": "generation_tokens_per_s",
-    "throughput/train_tokens_per_s": "train_tokens_per_s",
     "swarm/bytes_sent": "bytes_sent",
     "swarm/bytes_received": "bytes_received",
     "swarm/bytes_sent_total": "bytes_sent_total",
@@ -126,33 +126,22 @@ _SCALARS = {
     "swarm/poll_failures_total": "poll_failures_total",
     "swarm/serves_turned_away_total": "serves_turned_away_total",
     "swarm/alone_seconds": "alone_seconds",
-    "train/policy_version": "train_policy_version",
-    "train/refused": "train_refused",  # 1: the loss or gradient was not finite, no optimizer step taken
     "loop/waited_seconds": "waited_seconds",
     "loop/late_peers": "late_peers",
     "horizontal/merged_groups": "merged_groups",
     "horizontal/merged_group_size": "merged_group_size",
     "horizontal/mismatched_groups": "mismatched_groups",
 }
-_TRAINED_SCALARS = {
-    "train/loss": "train_loss",
-    "train/grad_norm": "train_grad_norm",
-    "train/tokens": "train_tokens",
-    "train/sequences": "train_sequences",
-    "filter/fraction": "train_filtered_fraction",
-    "filter/advantage_fraction": "train_filtered_advantage_fraction",
-    "filter/divergence_fraction": "train_filtered_divergence_fraction",
-    "is/weight_mean": "train_is_weight_mean",
-    "is/weight_max": "train_is_weight_max",
-    "is/truncated_fraction": "train_truncated_fraction",
-    "divergence/mean": "train_divergence_mean",
-}
+# The step's figures that have a tag; a figure not marked ``every_step`` only means something when a step was taken.
+_STEP_SCALARS = {figure.tag: record_key(name) for name, figure in FIGURES.items() if figure.tag and figure.every_step}
+_TRAINED_SCALARS = {figure.tag: record_key(name) for name, figure in FIGURES.items()
+                    if figure.tag and not figure.every_step}
 
 
 def tensorboard_scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """The record's figures as TensorBoard tags and values; unknown ones (None, NaN) are left out, and
     so are training figures of a step that was not taken."""
-    fields = {**_SCALARS, **(_TRAINED_SCALARS if record["train_trained"] else {})}
+    fields = {**_SCALARS, **_STEP_SCALARS, **(_TRAINED_SCALARS if record[record_key("trained")] else {})}
     scalars = {tag: record[name] for tag, name in fields.items()}
     scalars |= {f"groups/peer/{peer}": count for peer, count in record["peer_groups_by_peer"].items()}
     scalars |= {f"rejections/{reason}": count for reason, count in record["rejections"].items()}

@@ -40,7 +40,8 @@ from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
 from ftis.node.tasks import Problem, Task
 from ftis.node.trainer.horizontal import MergedGroups, merge_shared
 from ftis.node.trainer.mix import Candidate, select_peer_groups
-from ftis.node.trainer.trainer import StepMetrics, Trainer
+from ftis.node.trainer.step_metrics import StepMetrics
+from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import (
     Group,
     PolicyInfo,

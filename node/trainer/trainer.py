@@ -6,7 +6,8 @@ optimizer step per round, so π_θold is the model before this step, which is th
 forward pass. The chosen loss variant's value is weighted by the micro-batch's share of the
 completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
 version increases. Zero-variance groups are dropped before any forward pass (they teach nothing); in
-horizontal mode that is decided per advantage group, over every node's completions for the prompt.
+horizontal mode that is decided per advantage group, over every node's completions for the prompt. The
+step's figures are ``StepMetrics`` (``step_metrics.py``, where a metric is added).
 
 A step whose loss or gradient norm is not finite is refused: no optimizer step, the weights, the
 optimizer's moments and the policy version untouched, ``StepMetrics.refused`` set. The loss bounds every
@@ -18,53 +19,15 @@ node to charge them.
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, compute_loss
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import micro_batches, pack
-
-
-@dataclass(frozen=True)
-class PeerFiltered:
-    """One generator's off-policy completions a step judged (with at least one token, in groups with reward
-    variance), and how many of them the filter dropped for divergence (D > g): evidence for its score."""
-
-    completions: int
-    divergence_filtered: int
-
-
-@dataclass(frozen=True)
-class StepMetrics:
-    trained: bool  # False when no group had reward variance: no optimizer step was taken
-    policy_version: int  # after the step
-    loss: float
-    grad_norm: float
-    groups: int  # informative advantage groups trained on (one per group in vertical mode)
-    peer_groups: int  # off-policy groups among them (parts of one advantage group in horizontal mode)
-    zero_variance_groups: int
-    sequences: int
-    tokens: int  # completion tokens trained on
-    filtered_fraction: float
-    filtered_advantage_fraction: float
-    filtered_divergence_fraction: float
-    is_weight_mean: float
-    is_weight_max: float
-    truncated_fraction: float
-    divergence_mean: float
-    seconds: float
-    filtered_by_peer: dict[str, PeerFiltered] = field(default_factory=dict)  # by the groups' peer_id
-    refused: bool = False  # the loss or the gradient norm was not finite: no optimizer step was taken
-    nonfinite_peers: list[str] = field(default_factory=list)  # ...peers whose groups alone were not finite
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+from ftis.node.trainer.step_metrics import LossSums, StepMetrics
 
 
 class Trainer:
@@ -98,8 +61,9 @@ class Trainer:
         informative = [group for together in kept for group in together]
         skipped = len(gathered) - len(kept)
         total = sum(group.size for group in informative)
-        if not informative:
-            return _idle(self.policy_version, skipped, time.perf_counter() - started)
+        if not informative:  # every other figure is zero
+            return StepMetrics(policy_version=self.policy_version, zero_variance_groups=skipped,
+                               seconds=time.perf_counter() - started)
         params = self._loss.params(step=self.policy_version)
         self.model.train()
         sums = self._backward(informative, params)
@@ -107,28 +71,31 @@ class Trainer:
         if not (math.isfinite(sums.loss) and math.isfinite(float(grad_norm))):
             culprits = self._nonfinite_peers(kept, params)
             self.optimizer.zero_grad(set_to_none=True)
-            return _idle(self.policy_version, skipped, time.perf_counter() - started, refused=True,
-                         nonfinite_peers=culprits)
+            return StepMetrics(policy_version=self.policy_version, zero_variance_groups=skipped,
+                               seconds=time.perf_counter() - started, refused=True, nonfinite_peers=culprits)
         self.steps_started += 1
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
-        return sums.metrics(
+        return StepMetrics(
+            trained=True,
             policy_version=self.policy_version,
             grad_norm=float(grad_norm),
             groups=len(kept),
             peer_groups=sum(group.off_policy for group in informative),
             zero_variance_groups=skipped,
             sequences=total,
+            tokens=sums.tokens,
             seconds=time.perf_counter() - started,
+            filtered_by_peer=sums.by_peer,
+            **sums.figures(),
         )
 
-
-    def _backward(self, groups: list[TrainingGroup], params) -> "_Sums":
+    def _backward(self, groups: list[TrainingGroup], params) -> LossSums:
         """Gradients of the loss over ``groups`` (whole advantage groups) in the parameters' ``.grad``."""
         self.optimizer.zero_grad(set_to_none=True)
         total = sum(group.size for group in groups)
-        sums = _Sums()
+        sums = LossSums()
         for chunk in micro_batches(groups, self._config.max_tokens_per_microbatch):
             packed = pack(chunk, self._pad_id)
             logprobs = completion_logprobs(self.model, packed)
@@ -144,7 +111,7 @@ class Trainer:
             out = compute_loss(self._loss.variant, inputs, params)
             share = float(out.metrics.num_sequences) / total
             (out.loss * share).backward()
-            sums.add(out, packed, share)
+            sums.add(out, packed.loss_mask, packed.off_policy, share)
             sums.add_peers(chunk, out.divergence_filtered)
         return sums
 
@@ -163,70 +130,3 @@ class Trainer:
             if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
                 culprits.append(peer)
         return culprits
-
-
-class _Sums:
-    """Metrics of the micro-batches, combined with the weights that make them whole-step figures."""
-
-    def __init__(self) -> None:
-        self.loss = self.filtered = self.by_advantage = self.by_divergence = 0.0
-        self.weight_sum = self.truncated = self.divergence = 0.0
-        self.weight_max = 0.0
-        self.tokens = self.off_policy = 0
-        self.by_peer: dict[str, PeerFiltered] = {}
-
-    def add(self, out, packed, share: float) -> None:
-        m = out.metrics
-        tokens = int(packed.loss_mask.sum())
-        off_policy = int(packed.off_policy.sum())
-        self.loss += float(out.loss.detach()) * share
-        self.filtered += float(m.filtered_fraction) * share
-        self.by_advantage += float(m.filtered_advantage_fraction) * share
-        self.by_divergence += float(m.filtered_divergence_fraction) * share
-        self.weight_sum += float(m.is_weight_mean) * tokens
-        self.weight_max = max(self.weight_max, float(m.is_weight_max))
-        self.truncated += float(m.truncated_fraction) * tokens
-        self.divergence += float(m.divergence_mean) * off_policy
-        self.tokens += tokens
-        self.off_policy += off_policy
-
-    def add_peers(self, chunk: list[TrainingGroup], divergence_filtered: Tensor) -> None:
-        """Count the off-policy groups' judged and divergence-filtered completions by peer; ``pack`` lays out
-        the chunk's rows group after group, each group's completions in order."""
-        dropped = divergence_filtered.tolist()  # (B,)
-        start = 0
-        for group in chunk:
-            rows = dropped[start : start + group.size]
-            start += group.size
-            if group.off_policy:
-                before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0))
-                self.by_peer[group.peer_id] = PeerFiltered(
-                    before.completions + int((group.completions.lengths > 0).sum()),
-                    before.divergence_filtered + sum(rows))
-
-    def metrics(self, **fields: object) -> StepMetrics:
-        return StepMetrics(
-            trained=True,
-            filtered_by_peer=self.by_peer,
-            loss=self.loss,
-            tokens=self.tokens,
-            filtered_fraction=self.filtered,
-            filtered_advantage_fraction=self.by_advantage,
-            filtered_divergence_fraction=self.by_divergence,
-            is_weight_mean=self.weight_sum / max(self.tokens, 1),
-            is_weight_max=self.weight_max,
-            truncated_fraction=self.truncated / max(self.tokens, 1),
-            divergence_mean=self.divergence / max(self.off_policy, 1),
-            **fields,
-        )
-
-
-def _idle(policy_version: int, skipped: int, seconds: float, refused: bool = False,
-          nonfinite_peers: list[str] | None = None) -> StepMetrics:
-    return StepMetrics(
-        trained=False, policy_version=policy_version, loss=0.0, grad_norm=0.0, groups=0, peer_groups=0,
-        zero_variance_groups=skipped, sequences=0, tokens=0, filtered_fraction=0.0,
-        filtered_advantage_fraction=0.0, filtered_divergence_fraction=0.0, is_weight_mean=0.0,
-        is_weight_max=0.0, truncated_fraction=0.0, divergence_mean=0.0, seconds=seconds, refused=refused,
-        nonfinite_peers=list(nonfinite_peers or []),
-    )

@@ -1,0 +1,163 @@
+"""The figures of one optimizer step, declared once: a new per-step training metric is one field of
+``StepMetrics`` below (a figure of the loss is also computed by the loss, in ``LossMetrics``).
+
+From its declaration alone a figure ``x`` becomes:
+- ``step.x``, on what ``Trainer.step`` returns (and ``RoundReport.step``);
+- the key ``train_x`` of every ``metrics.jsonl`` record (``runner/metrics.py``; docs/node.md lists them);
+- the TensorBoard scalar ``tag``, when it has one: for steps taken, or for every step with ``every_step``;
+- a part of the terminal's summary line and a column of its table when ``shown`` (``runner/display.py``);
+- its default, zero, on a step not taken (no reward variance, or refused).
+
+How a figure gets its value:
+- ``combine`` set: a figure of the loss, ``LossOutputs.loss`` or the ``LossMetrics`` field of the same
+  name, computed per micro-batch and combined into the step's figure (``LossSums``):
+  ``"sequences"`` Σ value × the micro-batch's active completions / the step's completions (the loss's own
+  weighting, so a fraction of completions stays one); ``"tokens"`` the mean weighted by the micro-batch's
+  completion tokens; ``"off_policy"`` the mean weighted by its off-policy completions; ``"max"`` the largest.
+- otherwise ``Trainer.step`` passes it by name (counts, the gradient norm, the time taken).
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from torch import Tensor
+
+from ftis.node.loss import LossOutputs
+from ftis.node.trainer.groups import TrainingGroup
+
+Combine = Literal["sequences", "tokens", "off_policy", "max"]
+Unit = Literal["fraction", "count", "value"]  # how the terminal writes it: a percentage, an integer, 3 digits
+
+RECORD_PREFIX = "train_"  # a figure's key in the flat record: train_<name>
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Where one figure goes besides ``metrics.jsonl`` (see the module docstring)."""
+
+    combine: Combine | None = None
+    tag: str | None = None  # TensorBoard
+    every_step: bool = False  # ...also for steps not taken (figures that mean something then)
+    shown: bool = False  # the terminal shows it
+    unit: Unit = "value"
+
+
+_FIGURE = "figure"  # the key of a field's Figure in its metadata
+
+
+def figure(default: Any = 0.0, *, factory: Any = None, init: bool = True, **where: Any) -> Any:
+    """A ``StepMetrics`` field: its value on a step not taken (``default``, or ``factory()``) and its ``Figure``."""
+    metadata = {_FIGURE: Figure(**where)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, init=init, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class PeerFiltered:
+    """One generator's off-policy completions a step judged (with at least one token, in groups with reward
+    variance), and how many of them the filter dropped for divergence (D > g): evidence for its score."""
+
+    completions: int
+    divergence_filtered: int
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One optimizer step's figures: the table every output of a training figure is made from."""
+
+    trained: bool = figure(False, shown=True)  # False when no step was taken (no reward variance, or refused)
+    policy_version: int = figure(0, tag="train/policy_version", every_step=True, shown=True)  # after the step
+    loss: float = figure(combine="sequences", tag="train/loss", shown=True)
+    grad_norm: float = figure(tag="train/grad_norm")  # before clipping
+    # informative advantage groups trained on (one per group in vertical mode)
+    groups: int = figure(0, tag="groups/trained", every_step=True)
+    # off-policy groups among them (parts of one advantage group in horizontal mode)
+    peer_groups: int = figure(0)
+    zero_variance_groups: int = figure(0, tag="groups/zero_variance", every_step=True)  # skipped: equal rewards
+    sequences: int = figure(0, tag="train/sequences")  # completions in the informative groups
+    tokens: int = figure(0, tag="train/tokens", shown=True, unit="count")  # completion tokens trained on
+    # completions dropped by the filter, and dropped with Â ≤ 0 / with D > g (fractions of the active ones)
+    filtered_fraction: float = figure(combine="sequences", tag="filter/fraction", shown=True, unit="fraction")
+    filtered_advantage_fraction: float = figure(combine="sequences", tag="filter/advantage_fraction", shown=True,
+                                                unit="fraction")
+    filtered_divergence_fraction: float = figure(combine="sequences", tag="filter/divergence_fraction", shown=True,
+                                                 unit="fraction")
+    # the IS weight the variant applies (loss/variants.py): its mean over tokens, and its largest value
+    is_weight_mean: float = figure(combine="tokens", tag="is/weight_mean", shown=True)
+    is_weight_max: float = figure(combine="max", tag="is/weight_max", shown=True)
+    # tokens whose weight exp(old - sampler) exceeded C
+    truncated_fraction: float = figure(combine="tokens", tag="is/truncated_fraction", shown=True, unit="fraction")
+    divergence_mean: float = figure(combine="off_policy", tag="divergence/mean", shown=True)  # mean D_i, off-policy
+    seconds: float = figure()  # wall time of the step
+    # by the groups' peer_id: evidence for the peers' scores (swarm/reputation.py)
+    filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)  # noqa: RUF009 (a field(), not a default)
+    refused: bool = figure(False, tag="train/refused", every_step=True, shown=True)  # loss or gradient not finite
+    # ...the peers whose groups alone were not finite
+    nonfinite_peers: list[str] = figure(factory=list, shown=True)  # noqa: RUF009 (a field(), not a default)
+    # tokens / seconds, made here from those two (not passed)
+    tokens_per_s: float = figure(init=False, tag="throughput/train_tokens_per_s", every_step=True, shown=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens_per_s", self.tokens / self.seconds if self.seconds > 0 else 0.0)
+
+
+FIGURES: dict[str, Figure] = {f.name: f.metadata[_FIGURE] for f in fields(StepMetrics)}
+
+
+def record_key(name: str) -> str:
+    """The key of the figure ``name`` in ``metrics.jsonl``."""
+    return RECORD_PREFIX + name
+
+
+class LossSums:
+    """The loss figures of a step's micro-batches, combined as ``StepMetrics`` declares, and each peer's
+    filtered completions. ``figures()`` gives them by name, ready for ``StepMetrics``."""
+
+    def __init__(self) -> None:
+        self._values = {name: 0.0 for name, f in FIGURES.items() if f.combine is not None}
+        self._weights = {"tokens": 0, "off_policy": 0}  # the step's, for the weighted means
+        self.by_peer: dict[str, PeerFiltered] = {}
+
+    @property
+    def loss(self) -> float:
+        return self._values["loss"]
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens of the micro-batches added."""
+        return self._weights["tokens"]
+
+    def add(self, out: LossOutputs, loss_mask: Tensor, off_policy: Tensor, share: float) -> None:
+        """One micro-batch: its loss outputs, its (B, T) ``loss_mask`` and (B,) ``off_policy`` flags, and
+        ``share``, its active completions over the step's completions (its weight in the step's loss)."""
+        weights = {"sequences": share, "tokens": int(loss_mask.sum()), "off_policy": int(off_policy.sum())}
+        for name in self._values:
+            how = FIGURES[name].combine
+            value = float(out.loss.detach() if name == "loss" else getattr(out.metrics, name))
+            if how == "max":
+                self._values[name] = max(self._values[name], value)
+            else:
+                self._values[name] += value * weights[how]
+        self._weights["tokens"] += weights["tokens"]
+        self._weights["off_policy"] += weights["off_policy"]
+
+    def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor) -> None:
+        """Count the off-policy ``groups``' judged and divergence-filtered completions by
+        peer; ``pack`` lays out a micro-batch's rows group after group, each group's completions in order."""
+        dropped = divergence_filtered.tolist()  # (B,)
+        start = 0
+        for group in groups:
+            rows = dropped[start : start + group.size]
+            start += group.size
+            if group.off_policy:
+                before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0))
+                self.by_peer[group.peer_id] = PeerFiltered(
+                    before.completions + int((group.completions.lengths > 0).sum()),
+                    before.divergence_filtered + sum(rows))
+
+    def figures(self) -> dict[str, float]:
+        """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""
+        over = {"sequences": 1, "max": 1, "tokens": max(self._weights["tokens"], 1),
+                "off_policy": max(self._weights["off_policy"], 1)}
+        return {name: value / over[FIGURES[name].combine] for name, value in self._values.items()}
