@@ -54,7 +54,8 @@ def partial_of(model: type[BaseModel], name: str) -> type:
     (``model``'s cross-field checks run on the merged result, not here)."""
     fields = {key: Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
               for key, field in model.model_fields.items()}
-    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))
+    # The functional TypedDict form with fields known only at run time, which a type checker cannot follow.
+    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))  # type: ignore[operator]
 
 
 def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:

@@ -115,7 +115,8 @@ class LossSums:
     filtered completions. ``figures()`` gives them by name, ready for ``StepMetrics``."""
 
     def __init__(self) -> None:
-        self._values = {name: 0.0 for name, f in FIGURES.items() if f.combine is not None}
+        self._combine: dict[str, Combine] = {name: f.combine for name, f in FIGURES.items() if f.combine is not None}
+        self._values = dict.fromkeys(self._combine, 0.0)
         self._weights = {"tokens": 0, "off_policy": 0}  # the step's, for the weighted means
         self.by_peer: dict[str, PeerFiltered] = {}
 
@@ -131,16 +132,16 @@ class LossSums:
     def add(self, out: LossOutputs, loss_mask: Tensor, off_policy: Tensor, share: float) -> None:
         """One micro-batch: its loss outputs, its (B, T) ``loss_mask`` and (B,) ``off_policy`` flags, and
         ``share``, its active completions over the step's completions (its weight in the step's loss)."""
-        weights = {"sequences": share, "tokens": int(loss_mask.sum()), "off_policy": int(off_policy.sum())}
-        for name in self._values:
-            how = FIGURES[name].combine
+        tokens, off_policy_rows = int(loss_mask.sum()), int(off_policy.sum())
+        weights = {"sequences": share, "tokens": float(tokens), "off_policy": float(off_policy_rows)}
+        for name, how in self._combine.items():
             value = float(out.loss.detach() if name == "loss" else getattr(out.metrics, name))
             if how == "max":
                 self._values[name] = max(self._values[name], value)
             else:
                 self._values[name] += value * weights[how]
-        self._weights["tokens"] += weights["tokens"]
-        self._weights["off_policy"] += weights["off_policy"]
+        self._weights["tokens"] += tokens
+        self._weights["off_policy"] += off_policy_rows
 
     def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor) -> None:
         """Count the off-policy ``groups``' judged and divergence-filtered completions by
@@ -156,8 +157,8 @@ class LossSums:
                     before.completions + int((group.completions.lengths > 0).sum()),
                     before.divergence_filtered + sum(rows))
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, Any]:  # keyword arguments of StepMetrics: floats, one per loss figure
         """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""
         over = {"sequences": 1, "max": 1, "tokens": max(self._weights["tokens"], 1),
                 "off_policy": max(self._weights["off_policy"], 1)}
-        return {name: value / over[FIGURES[name].combine] for name, value in self._values.items()}
+        return {name: value / over[self._combine[name]] for name, value in self._values.items()}

@@ -19,6 +19,7 @@ node to charge them.
 import math
 import time
 from collections import defaultdict
+from typing import Any
 
 import torch
 
@@ -44,11 +45,11 @@ class Trainer:
         # it with its snapshot to know the weights were not touched since (a signal can land mid-step).
         self.steps_started = 0
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         """What a resumed trainer needs besides the model's weights: the optimizer state and the policy version."""
         return {"optimizer": self.optimizer.state_dict(), "policy_version": self.policy_version}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:  # the moments are the checkpoint's; the settings this config's
             group["lr"], group["weight_decay"] = self._lr, self._config.weight_decay
