@@ -8,10 +8,10 @@ What runs (the parts live in ``tests/``, shared with the short run in ``tests/te
 - 70% batch decoding, 14% announcement decoding: seeds of several shapes (``fuzz_inputs.batch_seeds``,
   ``announcement_seeds``) mutated byte by byte or value by value (``fuzz_inputs.MUTATIONS``);
 - 6% property-based (hypothesis): batches and announcements drawn anywhere within the limits, and
-  near-valid messages (a seed with drawn values in it) — ``fuzz_strategies.py``;
+  near-valid messages (a seed with drawn values in it) — ``benchmarks/fuzzing/strategies.py``;
 - 5% ``Directory.read`` over hostile DHT shard values, 5% ``Inbox`` steps with decoded-but-hostile
-  descriptors and payloads (``fuzz_swarm.py``).
-Every decoded input is judged by ``fuzz_oracle.judge``: refused with a ``DecodeError`` naming a field
+  descriptors and payloads (``benchmarks/fuzzing/swarm.py``).
+Every decoded input is judged by ``fuzzing/oracle.py``'s ``judge``: refused with a ``DecodeError`` naming a field
 and nothing else; if accepted, every limit of ``protocol/limits.py`` holds (checked independently, from
 the decoded object) and it round-trips; the peak allocation of decoding (tracemalloc) within
 ``memory_bound``. Prints outcomes (refused, by field; accepted) per target and per mutation, inputs/s,
@@ -30,15 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the fuzzer's parts
-
-import fuzz_inputs
-import fuzz_strategies
-from fuzz_oracle import ANNOUNCEMENT, BATCH, Outcome, Target, Violation, judge
-from fuzz_swarm import DirectoryFuzz, InboxFuzz, make_owners
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from benchmarks.fuzzing import inputs as fuzz_inputs
+from benchmarks.fuzzing import strategies as fuzz_strategies
+from benchmarks.fuzzing.oracle import ANNOUNCEMENT, BATCH, Outcome, Target, Violation, judge
+from benchmarks.fuzzing.swarm import DirectoryFuzz, InboxFuzz, make_owners
 from ftis.protocol import encode
 from ftis.protocol.announcement import encode_announcement
 
@@ -127,7 +125,7 @@ def _property(tally: Tally, target: Target, kind: str, to_bytes: Callable[[Any],
 
 def fuzz_swarm(tally: Tally, name: str, make: Callable[[], object], count: int, rng: random.Random,
                out: Path) -> None:
-    """``count`` steps of a ``fuzz_swarm`` harness; after a violation, a fresh harness carries on."""
+    """``count`` steps of a ``fuzzing/swarm.py`` harness; after a violation, a fresh harness carries on."""
     started, harness = time.perf_counter(), make()
     for i in range(count):
         try:

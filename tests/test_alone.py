@@ -4,8 +4,8 @@ what its transport counted; and the figures reach the metrics record, the step l
 Run: python -m pytest tests/test_alone.py -q
 """
 
-from metrics_fakes import report
-from swarm_helpers import FakeClock
+from helpers.metrics_fakes import report
+from helpers.swarm import FakeClock
 
 from ftis.node.runner.alone import Alone
 from ftis.node.runner.display import summary_line

@@ -8,9 +8,9 @@ import copy
 import json
 import random
 
-import node_helpers
 import pytest
 import torch
+from helpers import nodes as node_helpers
 
 from ftis.node.models.export import read_export_record
 from ftis.node.runner import checkpoint as ckpt

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from swarm_helpers import make_batch
+from helpers.swarm import make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app

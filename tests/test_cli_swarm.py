@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from cli_process import CliProcess
-from swarm_helpers import TOKENIZER, make_batch
+from helpers.cli_process import CliProcess
+from helpers.swarm import TOKENIZER, make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app

@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from cli_process import CliProcess
+from helpers.cli_process import CliProcess
 
 from ftis.node.demo.children import group_alive
 

@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from metrics_fakes import AFTER, report
+from helpers.metrics_fakes import AFTER, report
 
 from ftis.node.demo.follow import MetricsFollower, NodeProgress, read_progress
 from ftis.node.demo.plot import moving_average, plot_accuracy

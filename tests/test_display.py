@@ -7,7 +7,7 @@ import sys
 from dataclasses import fields, replace
 
 import pytest
-from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_metrics
+from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_metrics
 from rich.console import Console
 
 from ftis.node.runner.display import LineDisplay, TableDisplay, make_display, summary_line

@@ -4,7 +4,7 @@ apply, cells are paired by seed, fingerprints separate settings but not seed cou
 from pathlib import Path
 
 import pytest
-from experiment_grids import QUICK
+from helpers.experiment_grids import QUICK
 
 from ftis.node.config import ModelConfig
 from ftis.node.experiment.grid import GridError, ModelSpec, load_grid

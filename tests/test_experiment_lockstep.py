@@ -4,7 +4,7 @@ without waiting out a deadline; a failing node fails the round instead of hangin
 import threading
 
 import pytest
-from node_helpers import DigitTask
+from helpers.nodes import DigitTask
 
 from ftis.node.config import NodeConfig
 from ftis.node.experiment.lockstep import LockstepSwarm, in_parallel, step_round

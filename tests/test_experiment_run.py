@@ -5,7 +5,7 @@ other settings is refused. Warm starts go into a temporary cache, never the home
 import json
 
 import pytest
-from experiment_grids import QUICK
+from helpers.experiment_grids import QUICK
 from typer.testing import CliRunner
 
 import ftis.node.experiment.cell as cell_module

@@ -16,7 +16,7 @@ The faults, and what must happen:
 
 One swarm serves the module, started at once: a bootstrap DHT peer; alice and bob, in this process; a
 training node, ``ftis-node join`` as a user runs it (the first test kills and resumes it, and it trains on
-through the later tests); and two peers in their own processes (``tests/fault_peer.py``): ``doomed``, which
+through the later tests); and two peers in their own processes (``tests/helpers/fault_peer.py``): ``doomed``, which
 serves its payload slowly and is killed mid-transfer, and ``islander``, which is cut off with SIGSTOP.
 The bootstrap is killed in the last test. Every wait polls until its condition holds, under a deadline
 only a broken (or badly overloaded) swarm reaches.
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from child_lines import read_lines, wait_for_line
-from cli_process import CliProcess
 from conftest import reap
-from digit_model import digit_model, write_node_config
-from hivemind_swarm import DEADLINE_S, Peer, Swarm, kill_tree, start_bootstrap
+from helpers.child_lines import read_lines, wait_for_line
+from helpers.cli_process import CliProcess
+from helpers.digit_model import digit_model, write_node_config
+from helpers.hivemind_swarm import DEADLINE_S, Peer, Swarm, kill_tree, start_bootstrap
 
 from ftis.node.runner.checkpoint import list_checkpoints, read_checkpoint
 from ftis.node.swarm.directory import Directory, read_shards
@@ -53,7 +53,7 @@ SETTINGS = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_
                 announcement_ttl_s=30.0, max_age_s=60.0, fetch_timeout_s=FETCH_TIMEOUT_S, fetch_retries=1,
                 fetch_retry_backoff_s=RETRY_BACKOFF_S, per_peer_quota=64, max_buffered_batches=256)
 START_S = 120.0  # a new process imports torch first: ~3 s idle, far longer on a loaded machine
-PEER_SCRIPT = Path(__file__).with_name("fault_peer.py")
+TESTS = Path(__file__).parent  # the peer runs as ``python -m helpers.fault_peer`` from here
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -80,13 +80,14 @@ def family(pid: int) -> list[psutil.Process]:
 
 
 class PeerProcess:
-    """``tests/fault_peer.py``: told to publish on its stdin; its stdout lines are collected as they come."""
+    """``tests/helpers/fault_peer.py``: told to publish on its stdin; its stdout lines are collected as they come."""
 
     def __init__(self, maddr: str, log: Path, *args: str):
         self.log = log
         with log.open("w") as stderr:  # hivemind's log
-            self.process = subprocess.Popen([sys.executable, str(PEER_SCRIPT), "--peer", maddr, "--run-id", RUN, *args],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "helpers.fault_peer", "--peer", maddr, "--run-id", RUN, *args], cwd=TESTS,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
         self.lines = read_lines(self.process)
         self._peer_id: str | None = None
 

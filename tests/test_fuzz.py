@@ -1,5 +1,5 @@
 """The fuzzer's short run: mutation and property-based fuzzing of the protocol decoders and of the
-node's announcement handling, with the limit oracle and the memory bound (``fuzz_oracle.py``), and the
+node's announcement handling, with the limit oracle and the memory bound (``benchmarks/fuzzing/oracle.py``), and the
 regressions it found.
 
 Run: python -m pytest tests/test_fuzz.py -q      (the long run: python -m benchmarks.fuzz)
@@ -13,13 +13,20 @@ import random
 from collections import Counter
 
 import pytest
-from fuzz_inputs import ANNOUNCEMENT_MUTATIONS, MUTATIONS, announcement_seeds, batch_seeds, mutate, seed_batch
-from fuzz_oracle import ANNOUNCEMENT, BATCH, MEMORY_CONSTANT, Violation, check_batch, judge
-from fuzz_strategies import announcements, batches, near_valid
-from fuzz_swarm import DirectoryFuzz, InboxFuzz, make_owners
 from hivemind.utils.timed_storage import ValueWithExpiration
 from hypothesis import given, settings
 
+from benchmarks.fuzzing.inputs import (
+    ANNOUNCEMENT_MUTATIONS,
+    MUTATIONS,
+    announcement_seeds,
+    batch_seeds,
+    mutate,
+    seed_batch,
+)
+from benchmarks.fuzzing.oracle import ANNOUNCEMENT, BATCH, MEMORY_CONSTANT, Violation, check_batch, judge
+from benchmarks.fuzzing.strategies import announcements, batches, near_valid
+from benchmarks.fuzzing.swarm import DirectoryFuzz, InboxFuzz, make_owners
 from ftis.node.swarm import inbox as inbox_module
 from ftis.node.swarm.directory import Directory
 from ftis.protocol import TokenizerInfo, decode, encode

@@ -7,7 +7,7 @@ model on prompt + completion, one sequence alone with no padding and no cache, u
 processing (log_softmax of logits / T with the same top-k / top-p mask).
 
 The contract tests run for every backend this machine has (the ``backend`` fixture): the transformers
-backend; the vLLM backend against ``vllm_stand_in.py`` (vLLM's API surface, sampling on the CPU), so the
+backend; the vLLM backend against ``helpers/vllm_stand_in.py`` (vLLM's API surface, sampling on the CPU), so the
 request it builds and the outputs it reads are checked everywhere; and the vLLM backend against the real
 vLLM where vLLM and a GPU are present. vLLM-specific behaviour (weight sync, LoRA ids) is in
 ``test_generation_vllm.py``.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-import vllm_stand_in
-from real_vllm import open_engine, real_vllm_runs_here
+from helpers import vllm_stand_in
+from helpers.real_vllm import open_engine, real_vllm_runs_here
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion, Generator, make_generator
@@ -457,7 +457,7 @@ def test_make_generator_builds_each_named_backend_from_a_policy_and_the_settings
 
 
 def test_a_node_runs_its_rounds_on_the_fake_backend():
-    from node_helpers import LIMITS, DigitTask, node_config
+    from helpers.nodes import LIMITS, DigitTask, node_config
 
     from ftis.node.models import load_policy
     from ftis.node.runner.node import Node

@@ -1,4 +1,4 @@
-"""The vLLM backend without a GPU: against ``vllm_stand_in.py``, vLLM's API surface with a CPU sampler.
+"""The vLLM backend without a GPU: against ``helpers/vllm_stand_in.py``, vLLM's API surface with a CPU sampler.
 
 Run: python -m pytest tests/test_generation_vllm.py -q
 
@@ -15,12 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import logprob_check
 import numpy as np
 import pytest
 import torch
-import vllm_stand_in
-from node_helpers import LIMITS, DigitTask, make_node
+from helpers import logprob_check, vllm_stand_in
+from helpers.nodes import LIMITS, DigitTask, make_node
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import GenerationConfig, NodeConfig, VllmConfig

@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import vllm_stand_in
+from helpers import vllm_stand_in
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
 _spec = importlib.util.spec_from_file_location("gpu_check", _SCRIPT)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from node_helpers import DigitTask, make_node
+from helpers.nodes import DigitTask, make_node
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import ConfigError, LoopConfig, LossConfig, NodeConfig, TrainerConfig, load_config

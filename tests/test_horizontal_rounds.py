@@ -5,7 +5,7 @@ other's into one advantage group per prompt, trains on those, and its weights ch
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from node_helpers import make_node
+from helpers.nodes import make_node
 
 from ftis.node.swarm.memory import MemoryHub
 

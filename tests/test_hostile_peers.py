@@ -4,8 +4,8 @@ Run: python -m pytest tests/test_hostile_peers.py -q -s      (marker ``hivemind`
 the measured figures of the garbage log-prob and flood cases)
 
 One swarm serves the module: a bootstrap DHT peer; ``honest``, a training node (``tiny-small`` on the
-digit task of ``node_helpers``) whose ``HivemindTransport`` only its own rounds drain; ``bob``, an honest
-peer with the same tokenizer; and ``mallory`` (``tests/hostile_peer.py``), a member of the run that
+digit task of ``helpers/nodes.py``) whose ``HivemindTransport`` only its own rounds drain; ``bob``, an honest
+peer with the same tokenizer; and ``mallory`` (``tests/helpers/hostile_peer.py``), a member of the run that
 announces, under its own valid signature, whatever each test scripts. Every outcome is read from what
 the honest node counted (``TransportStats.rejections``), what mallory was asked for, or what the honest
 node trained on.
@@ -34,11 +34,11 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from helpers.hivemind_swarm import DEADLINE_S, Peer, Swarm, delta, rejections_of, start_bootstrap
+from helpers.hostile_peer import HostilePeer, forged_record, pushes, serves, stalls
+from helpers.nodes import LIMITS, DigitTask, build_node, node_config
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
-from hivemind_swarm import DEADLINE_S, Peer, Swarm, delta, rejections_of, start_bootstrap
-from hostile_peer import HostilePeer, forged_record, pushes, serves, stalls
-from node_helpers import LIMITS, DigitTask, build_node, node_config
 
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 from ftis.node.runner.node import Node, NodeState, RoundReport

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import msgpack
 import pytest
-from swarm_helpers import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
+from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.swarm.inbox import (
     BUFFER_FULL,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cli_process import CliProcess
+from helpers.cli_process import CliProcess
 
 pytestmark = pytest.mark.hivemind
 

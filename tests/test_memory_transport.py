@@ -9,7 +9,7 @@ signed announcement) belong with the hivemind tests.
 """
 
 import pytest
-from swarm_helpers import RUN_ID, TOKENIZER, FakeClock, make_batch, publish
+from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport

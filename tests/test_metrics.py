@@ -10,7 +10,7 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 
 import pytest
-from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
+from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 

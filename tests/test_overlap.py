@@ -5,7 +5,7 @@ without them; a failed publish still stops the round with its error."""
 import math
 
 import pytest
-from node_helpers import make_node
+from helpers.nodes import make_node
 
 from ftis.node.runner.overlap import Overlap
 from ftis.node.runner.scoring import decode_groups, score_batch

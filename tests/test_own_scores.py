@@ -3,7 +3,7 @@ scoring the batch as any received batch (``score_batch``, trusting its own answe
 
 import numpy as np
 import pytest
-from node_helpers import make_node
+from helpers.nodes import make_node
 
 from ftis.node.runner.scoring import score_batch, score_own_batch
 from ftis.node.runner.utilisation import Stopwatch

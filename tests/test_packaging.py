@@ -1,6 +1,7 @@
 """Packaging: the source folders node/ and protocol/ install as ftis.node and ftis.protocol, and
 every subpackage is listed, so `pip install .` (not only `-e .`) ships all of it."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -58,3 +59,21 @@ def test_a_built_wheel_holds_every_module(tmp_path):
             relative = module.relative_to(ROOT / folder)
             assert f"{package.replace('.', '/')}/{relative.as_posix()}" in names
     assert any(name.endswith("entry_points.txt") for name in names)
+
+
+def test_benchmarks_import_only_the_product_and_their_own_modules():
+    """A benchmark measures what a user installs: it imports ftis, third-party packages and benchmarks/, never the
+    tests' helpers, and never edits sys.path to reach them."""
+    helpers = {path.stem for path in (ROOT / "tests" / "helpers").glob("*.py")} | {"helpers"}
+    for module in (ROOT / "benchmarks").rglob("*.py"):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in helpers, f"{module.relative_to(ROOT)} imports {name}"
+        assert "sys.path" not in module.read_text(encoding="utf-8"), f"{module.relative_to(ROOT)} edits sys.path"

@@ -7,7 +7,7 @@ Run: python -m pytest tests/test_peer_scores_output.py -q
 from dataclasses import replace
 
 import pytest
-from metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
+from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
 from typer.testing import CliRunner
 
 from ftis.node.cli import app

@@ -6,7 +6,7 @@ Run: python -m pytest tests/test_protocol_malformed.py -q
 Bad messages are made from a valid one: unpack it with msgpack, change one thing, pack it again
 (``mutated``), so each case differs from a valid message in exactly the way its name says. The last
 test is a seeded mutation fuzzer: thousands of random corruptions, each of which must decode or raise
-``DecodeError`` (the mutator is shared: ``fuzz_inputs.py``).
+``DecodeError`` (the mutator is shared: ``benchmarks/fuzzing/inputs.py``).
 """
 
 import dataclasses
@@ -19,8 +19,8 @@ import msgpack
 import numpy as np
 import pytest
 import zstandard
-from fuzz_inputs import mutate
 
+from benchmarks.fuzzing.inputs import mutate
 from ftis.protocol import (
     Completion,
     DecodeError,

@@ -8,7 +8,7 @@ Time is passed in explicitly (the reputation) or comes from a fake clock (the in
 import math
 
 import pytest
-from swarm_helpers import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
+from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.inbox import (

@@ -4,7 +4,7 @@ batches are refused as ``muted`` without being fetched, and ``ftis-node status -
 Run: python -m pytest tests/test_reputation_hivemind.py -q      (marker ``hivemind``; about 20 s)
 
 One swarm for the module: a bootstrap, a receiver whose mutes come quickly (two batches of evidence, a
-score below 0.5), and a hostile peer (``hostile_peer.py``) that serves what each test scripts.
+score below 0.5), and a hostile peer (``helpers/hostile_peer.py``) that serves what each test scripts.
 """
 
 import json
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from hivemind_swarm import Peer, Swarm, start_bootstrap
-from hostile_peer import HostilePeer, serves, tampered
-from swarm_helpers import TOKENIZER
+from helpers.hivemind_swarm import Peer, Swarm, start_bootstrap
+from helpers.hostile_peer import HostilePeer, serves, tampered
+from helpers.swarm import TOKENIZER
 from typer.testing import CliRunner
 
 from ftis.node.cli import app

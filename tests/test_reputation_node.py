@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from node_helpers import make_node
+from helpers.nodes import make_node
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.models import load_policy

@@ -4,7 +4,7 @@ the same round with the same optimizer state, appending to its metrics. Nothing 
 
 Run: python -m pytest tests/test_resume_cli.py -q
 
-The model is a local folder (``digit_model.py``): tiny-small taught to answer any prompt with one digit.
+The model is a local folder (``helpers/digit_model.py``): tiny-small taught to answer any prompt with one digit.
 """
 
 import json
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import reap, stray_processes
-from digit_model import digit_model, write_node_config
+from helpers.digit_model import digit_model, write_node_config
 
 from ftis.node.runner.checkpoint import CheckpointError, list_checkpoints, read_checkpoint, read_manifest
 

@@ -5,7 +5,7 @@ waiting for a peer that keeps missing rounds."""
 
 import time
 
-from node_helpers import make_node
+from helpers.nodes import make_node
 
 from ftis.node.runner.node import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
 from ftis.node.swarm.inbox import MISSED_ROUND

@@ -4,7 +4,7 @@ transport: each receives and scores the other's groups, trains on them, and its 
 import numpy as np
 import pytest
 import torch
-from node_helpers import LIMITS, make_node
+from helpers.nodes import LIMITS, make_node
 
 from ftis.node.config import NodeConfig
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport

@@ -4,10 +4,10 @@ Run: python -m pytest tests/test_swarm_hivemind.py -q      (marker ``hivemind``;
 
 One swarm serves the module, all of it started at once: a bootstrap DHT peer; alice, bob and carol;
 ``patient``, whose fetch deadline is long, which publishes for the late-joiner test and whose clock
-jumps in the retry test; a node in its own OS process (``tests/swarm_peer.py``) that one test kills
-with SIGKILL; a rogue peer (``tests/hostile_peer.py``) that announces real batches but serves each one
+jumps in the retry test; a node in its own OS process (``tests/helpers/swarm_peer.py``) that one test kills
+with SIGKILL; a rogue peer (``tests/helpers/hostile_peer.py``) that announces real batches but serves each one
 the way a test scripts it; and two bare DHT peers, a forger and an impostor. The plumbing (peers,
-swarm, waits, killing) is ``tests/hivemind_swarm.py``, shared with ``test_hostile_peers.py``. Tests
+swarm, waits, killing) is ``tests/helpers/hivemind_swarm.py``, shared with ``test_hostile_peers.py``. Tests
 use fresh sequence numbers and look only at the batches and rejections of the peers they involve, so
 they do not depend on each other's order, except that the last test kills the bootstrap.
 
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import hivemind
 import pytest
-from child_lines import read_lines, wait_for_line
+from helpers.child_lines import read_lines, wait_for_line
+from helpers.hivemind_swarm import DEADLINE_S, JOIN_DEADLINE_S, Peer, Swarm, delta, kill_tree, start_bootstrap
+from helpers.hostile_peer import HostilePeer, claims_a_terabyte, hangs_up, serves, stalls_mid_payload, tampered
+from helpers.swarm import TOKENIZER
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
-from hivemind_swarm import DEADLINE_S, JOIN_DEADLINE_S, Peer, Swarm, delta, kill_tree, start_bootstrap
-from hostile_peer import HostilePeer, claims_a_terabyte, hangs_up, serves, stalls_mid_payload, tampered
-from swarm_helpers import TOKENIZER
 
 from ftis.node.swarm.directory import read_members
 from ftis.node.swarm.hivemind_transport import retry_delay, start_dht
@@ -53,18 +53,18 @@ MAX_AGE_S = 30.0  # tests back-date batches or move clocks on instead of waiting
 SETTINGS = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2, announce_interval_s=1.0,
                 announcement_ttl_s=30.0, max_age_s=MAX_AGE_S, fetch_timeout_s=FETCH_TIMEOUT_S, fetch_retries=1,
                 fetch_retry_backoff_s=RETRY_BACKOFF_S, per_peer_quota=64, max_buffered_batches=256)
-PEER_SCRIPT = Path(__file__).with_name("swarm_peer.py")
+TESTS = Path(__file__).parent  # the node runs as ``python -m helpers.swarm_peer`` from here
 
 
 class FarNode:
-    """``tests/swarm_peer.py`` in its own process; its stderr (hivemind's log) goes to a file."""
+    """``tests/helpers/swarm_peer.py`` in its own process; its stderr (hivemind's log) goes to a file."""
 
     def __init__(self, maddr: str, log: Path):
         self.log = log
         with log.open("w") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, str(PEER_SCRIPT), "--peer", maddr, "--run-id", RUN, "--interval", "0.5"],
-                stdout=subprocess.PIPE, stderr=stderr, text=True)
+                [sys.executable, "-m", "helpers.swarm_peer", "--peer", maddr, "--run-id", RUN, "--interval", "0.5"],
+                cwd=TESTS, stdout=subprocess.PIPE, stderr=stderr, text=True)
         self._lines = read_lines(self.process)
         self._peer_id: str | None = None
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from swarm_helpers import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
+from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
 
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport

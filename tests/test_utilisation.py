@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from metrics_fakes import report
-from node_helpers import make_node
-from swarm_helpers import FakeClock
+from helpers.metrics_fakes import report
+from helpers.nodes import make_node
+from helpers.swarm import FakeClock
 
 from ftis.node.runner.metrics import report_record, tensorboard_scalars
 from ftis.node.runner.utilisation import (

@@ -3,7 +3,7 @@
 Run: python -m pytest tests/test_vllm_real.py -q     (in an environment with vLLM: see real_vllm.py)
 
 Skipped where vLLM cannot run (no vLLM, or vLLM without a GPU and not the CPU build); the same checks run
-against ``vllm_stand_in.py`` everywhere in ``test_generation_vllm.py``. What only the real engine can show:
+against ``helpers/vllm_stand_in.py`` everywhere in ``test_generation_vllm.py``. What only the real engine can show:
 that its weights after a sync are the trainer's, down to the float32 kernels' noise, including a head tied
 to the embeddings (vLLM's CPU build keeps a packed copy of it that its in-place reload left stale: the
 engine's log-probs were 0.002 nats off the new weights, mean, instead of 3e-6).
@@ -18,13 +18,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import logprob_check
 import numpy as np
 import pytest
 import torch
-from digit_model import digit_model, write_node_config
-from node_helpers import LIMITS, DigitTask
-from real_vllm import close_engines, open_engine, real_vllm_runs_here
+from helpers import logprob_check
+from helpers.digit_model import digit_model, write_node_config
+from helpers.nodes import LIMITS, DigitTask
+from helpers.real_vllm import close_engines, open_engine, real_vllm_runs_here
 
 from ftis.node.config import NodeConfig, VllmConfig
 from ftis.node.generation import make_generator

@@ -5,7 +5,7 @@ import json
 import threading
 
 import pytest
-from metrics_fakes import report
+from helpers.metrics_fakes import report
 
 from ftis.node.config import MetricsConfig
 from ftis.node.runner.metrics import RunMetrics

@@ -1,8 +1,8 @@
 """A swarm peer in its own OS process, for the fault tests (``test_faults.py``) that kill it mid-transfer
 (SIGKILL) or cut it off (SIGSTOP).
 
-Run: python tests/fault_peer.py --peer MADDR --run-id RUN [--groups G] [--group-size S] [--chunk-pause S]
-                                [--ttl S]
+Run (from tests/): python -m helpers.fault_peer --peer MADDR --run-id RUN [--groups G] [--group-size S]
+                                   [--chunk-pause S] [--ttl S]
 
 Joins through ``--peer`` as a ``HivemindTransport`` on 127.0.0.1 and prints ``peer <peer id>``; then for
 each line on its stdin publishes a batch (``--groups`` groups of ``--group-size`` completions; sequence
@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import sys
 
-from swarm_helpers import TOKENIZER, make_batch  # tests/ is sys.path[0] when run as a script
+from helpers.swarm import TOKENIZER, make_batch  # run as ``python -m helpers...`` from tests/
 
 CHUNK_BYTES = 16 * 1024
 

@@ -11,7 +11,7 @@ has ``reload_weights(weights_iterator, weights_path, is_checkpoint_format)`` and
 ``LLM.apply_model(fn)`` → ``[fn(model)]``, ``LLM.reset_prefix_cache()``, ``LLM.llm_engine.add_lora /
 remove_lora / list_loras``, ``SamplingParams`` (a keyword it does not know raises) and
 ``vllm.lora.request.LoRARequest``. If the backend drifts from this surface, a test fails here before it
-would on a GPU. The same backend also runs against the real vLLM where there is one (``real_vllm.py``).
+would on a GPU. The same backend also runs against the real vLLM where there is one (``helpers/real_vllm.py``).
 
 Behaviour that matters for the backend, mirrored too: the engine samples from a real model loaded from the
 folder it was given (transformers, CPU, float32 whatever ``dtype`` says, so comparisons are exact), one

@@ -1,6 +1,6 @@
 """A swarm node in its own OS process, for tests that kill a node (SIGKILL) mid-run.
 
-Run: python tests/swarm_peer.py --peer MADDR --run-id RUN [--interval 0.3]
+Run (from tests/): python -m helpers.swarm_peer --peer MADDR --run-id RUN [--interval 0.3]
 
 Joins through ``--peer`` as a ``HivemindTransport`` on 127.0.0.1 with the short intervals of the
 hivemind tests, prints ``peer <peer id>`` once it is in, then publishes a small batch (seq 0, 1, ...)
@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from swarm_helpers import TOKENIZER, make_batch  # tests/ is sys.path[0] when run as a script
+from helpers.swarm import TOKENIZER, make_batch  # run as ``python -m helpers...`` from tests/
 
 
 def main() -> None:

@@ -1,7 +1,5 @@
 """Shared helpers of the swarm tests: tiny rollout batches, what a peer would announce for them, a
-fake clock, and a real clock that a test can move on. A plain module, imported as
-``from swarm_helpers import ...`` (pytest's default "prepend" import mode puts ``tests/`` on
-``sys.path``; ``tests/`` has no ``__init__.py``).
+fake clock, and a real clock that a test can move on.
 
 The batches are small (a few groups, a vocabulary of 64) and survive the wire exactly: their
 log-probs are multiples of ``LOGPROB_STEP``, the step the protocol quantises to, so a received batch

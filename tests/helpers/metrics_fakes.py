@@ -1,5 +1,4 @@
-"""Hand-built step reports for the metrics and display tests: a plain module, imported as
-``from metrics_fakes import ...`` (pytest's default "prepend" import mode puts tests/ on the path)."""
+"""Hand-built step reports for the metrics and display tests."""
 
 from ftis.node.runner.node import RoundReport
 from ftis.node.swarm.transport import TransportStats

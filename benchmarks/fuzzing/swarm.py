@@ -3,7 +3,7 @@
 payloads, checked after every step.
 
 Used by ``tests/test_fuzz.py`` and ``benchmarks/fuzz.py``. Each ``step(rng)`` returns the name of what
-it did and raises ``Violation`` (``fuzz_oracle``) when a property breaks:
+it did and raises ``Violation`` (``oracle.py``) when a property breaks:
 
 - ``Directory.read`` never raises; it returns exactly the records that decode strictly and describe
   the peer whose key is in their subkey, refuses (by owner) the other records under a valid owner key,
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fuzz_inputs import ANNOUNCEMENT_MUTATIONS, T0, mutate, seed_announcement, seed_batch
-from fuzz_oracle import Violation, check_announcement, check_batch, expect
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import ValueWithExpiration
 
+from benchmarks.fuzzing.inputs import ANNOUNCEMENT_MUTATIONS, T0, mutate, seed_announcement, seed_batch
+from benchmarks.fuzzing.oracle import Violation, check_announcement, check_batch, expect
 from ftis.node.swarm.directory import Directory
 from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
 from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected, open_payload

@@ -1,7 +1,6 @@
 """The plumbing of the real-swarm tests (marker ``hivemind``): transports on 127.0.0.1 around a
 bootstrap DHT peer, what each has received, polling until a condition holds, and killing a process
-with the orphans it leaves. A plain module, imported as ``from hivemind_swarm import ...`` like
-``swarm_helpers``.
+with the orphans it leaves.
 
 A test module starts one ``Swarm`` for all its tests (a DHT peer takes about a second to start) with
 its own settings; every node ages batches by a clock of its own (``ShiftedClock``) that a test moves on
@@ -19,17 +18,17 @@ import hivemind
 import psutil
 import pytest
 from hivemind.utils import get_dht_time
-from swarm_helpers import TOKENIZER, ShiftedClock, make_batch
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
 from ftis.node.swarm.transport import ReceivedBatch
 from ftis.protocol import RolloutBatch
+from helpers.swarm import TOKENIZER, ShiftedClock, make_batch
 
 DEADLINE_S = 60.0  # the longest any wait may take; waits end as soon as their condition holds
 JOIN_DEADLINE_S = 90.0  # a new process imports torch first: ~3 s idle, far longer on a loaded machine
 
-# (peer id, seq, created_at, run_id=...) -> a batch of that peer: ``swarm_helpers.make_batch`` or alike
+# (peer id, seq, created_at, run_id=...) -> a batch of that peer: ``helpers.swarm.make_batch`` or alike
 BatchBuilder = Callable[..., RolloutBatch]
 
 

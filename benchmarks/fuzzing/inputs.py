@@ -2,8 +2,8 @@
 corrupt them, byte by byte or value by value in the unpacked msgpack structure.
 
 Used by ``tests/test_fuzz.py`` (a few thousand inputs), ``tests/test_protocol_malformed.py`` and
-``benchmarks/fuzz.py`` (``python -m benchmarks.fuzz``, 100,000+ inputs). A plain module like
-``swarm_helpers``; it imports only the protocol, NumPy, msgpack and zstandard.
+``benchmarks/fuzz.py`` (``python -m benchmarks.fuzz``, 100,000+ inputs). It imports only the protocol,
+NumPy, msgpack and zstandard.
 
 ``mutate(rng, seeds)`` returns ``(kind, bytes)``: the name of the mutation (``MUTATIONS``) and the
 mutated message. Structure-level mutations unpack a seed, change one to three values and pack it

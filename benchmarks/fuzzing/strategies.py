@@ -2,7 +2,7 @@
 within the limits, and near-valid messages (a valid one with one value replaced by a drawn one).
 
 Used by ``tests/test_fuzz.py`` and ``benchmarks/fuzz.py``. Valid draws must encode, decode to themselves
-and pass the oracle (``fuzz_oracle.check_batch``); near-valid ones must be refused with ``DecodeError``
+and pass the oracle (``oracle.check_batch``); near-valid ones must be refused with ``DecodeError``
 or pass it.
 """
 
@@ -11,9 +11,17 @@ import random
 
 import msgpack
 import numpy as np
-from fuzz_inputs import BOUNDARY_FLOATS, BOUNDARY_INTS, INTERESTING_VALUES, all_nodes, pack, reframe, unpack
 from hypothesis import strategies as st
 
+from benchmarks.fuzzing.inputs import (
+    BOUNDARY_FLOATS,
+    BOUNDARY_INTS,
+    INTERESTING_VALUES,
+    all_nodes,
+    pack,
+    reframe,
+    unpack,
+)
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 from ftis.protocol.limits import (

@@ -23,12 +23,12 @@ from typing import Any
 
 import msgpack
 from hivemind.utils import get_dht_time
-from hivemind_swarm import DEADLINE_S, BatchBuilder, Peer
-from swarm_helpers import make_batch
 
 from ftis.protocol import DecodeError, decode, encode
 from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
+from helpers.hivemind_swarm import DEADLINE_S, BatchBuilder, Peer
+from helpers.swarm import make_batch
 
 # (fetcher's peer id, reader, writer, the payload published under the requested seq): answers one request
 Behaviour = Callable[[str, asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
