@@ -1,7 +1,7 @@
 """Hand-built step reports for the metrics and display tests: a plain module, imported as
 ``from metrics_fakes import ...`` (pytest's default "prepend" import mode puts tests/ on the path)."""
 
-from ftis.node.runner.node import RoundReport
+from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_metrics import StepMetrics
 

@@ -41,8 +41,9 @@ from hostile_peer import HostilePeer, forged_record, pushes, serves, stalls
 from node_helpers import LIMITS, DigitTask, build_node, node_config
 
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
-from ftis.node.runner.node import Node, NodeState, RoundReport
+from ftis.node.runner.node import Node, NodeState
 from ftis.node.runner.prompts import prompt_ids
+from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.inbox import (
     BAD_ANNOUNCEMENT,
     DECODE_ERROR,

@@ -21,7 +21,7 @@ shared seed and the round number, and a prompt's completions from all nodes form
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -32,15 +32,14 @@ from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_pro
 from ftis.node.runner.overlap import Overlap, Texts, batch_key
 from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
+from ftis.node.runner.round_report import RoundReport
 from ftis.node.runner.scoring import score_batch, score_own_batch
 from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.inbox import MISSED_ROUND, NONFINITE, PROMPT_MISMATCH
-from ftis.node.swarm.reputation import PeerScore
-from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
+from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
 from ftis.node.trainer.horizontal import MergedGroups, merge_shared
 from ftis.node.trainer.mix import Candidate, select_peer_groups
-from ftis.node.trainer.step_metrics import StepMetrics
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import (
     Group,
@@ -51,30 +50,6 @@ from ftis.protocol import (
     TokenizerInfo,
 )
 from ftis.protocol.limits import MAX_SEQ
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    round: int
-    own_reward: float  # mean reward of this node's own completions (= its sampling accuracy)
-    peer_reward: float  # mean reward this node gave its peers' completions (nan when none arrived)
-    own_groups: int
-    peer_groups_received: int
-    peer_groups_used: int
-    peer_groups_by_peer: dict[str, int]
-    unusable_groups: int
-    generation_tokens: int
-    generation_seconds: float
-    waited_seconds: float  # rounds mode: time spent waiting for peers' batches (0 in async mode)
-    late_peers: int  # rounds mode: live peers whose batch of the round had not arrived by the deadline
-    step: StepMetrics
-    transport: TransportStats = field(repr=False)
-    merged_groups: int = 0  # horizontal grouping: advantage groups formed from more than one node's groups
-    merged_group_size: float = float("nan")  # ...their mean number of completions (nan when none)
-    mismatched_groups: int = 0  # ...peers' groups with a shared prompt's id but another task or prompt: apart
-    generator: dict[str, object] = field(default_factory=dict)  # the backend's own counters (vLLM: weight syncs...)
-    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of the round's parts (utilisation.py)
-    scores: dict[str, PeerScore] = field(default_factory=dict)  # peers as this node judges them (reputation.py)
 
 
 class RoundInterrupted(RuntimeError):

@@ -76,6 +76,11 @@ class LoopLap:
         return {"loop_seconds": self.seconds, "utilisation": self.utilisation,
                 **{f"loop_{name}_seconds": self.parts[name] for name in PARTS}}
 
+    def figures(self) -> dict[str, object]:
+        """The same, as ``RoundReport``'s fields (``loop_seconds``, ``utilisation``, ``loop_parts``)."""
+        return {"loop_seconds": self.seconds, "utilisation": self.utilisation,
+                "loop_parts": {f"{name}_seconds": self.parts[name] for name in PARTS}}
+
 
 def make_lap(seconds: float, parts: Mapping[str, float]) -> LoopLap:
     """A lap of ``seconds`` wall time whose measured ``parts`` are named in PARTS; the unmeasured rest is
