@@ -5,6 +5,7 @@ Files:
 - ``config/``    the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
 - ``signals.py`` SIGTERM raised as ``Terminated`` so commands stop like on Ctrl-C.
 - ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
+- ``figures.py`` ``figure()``: a metric declared once as a dataclass field; its record and TensorBoard tags.
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).
 - ``models/``, ``tasks/``, ``generation/``, ``trainer/``: the policy, tasks and rewards, sampling, the F-TIS step.
 - ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.

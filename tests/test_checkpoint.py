@@ -28,8 +28,8 @@ from ftis.node.runner.checkpoint import (
     resume_latest,
     save_checkpoint,
 )
+from ftis.node.runner.checkpointer import CheckpointsExistError
 from ftis.node.runner.join import run_node
-from ftis.node.runner.keeper import CheckpointsExistError
 from ftis.node.runner.node import Node, RoundInterrupted
 from ftis.node.swarm.memory import MemoryHub
 

@@ -10,9 +10,10 @@ import pytest
 from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_metrics
 from rich.console import Console
 
+from ftis.node.figures import Figure
 from ftis.node.runner.display import LineDisplay, TableDisplay, make_display, summary_line
 from ftis.node.runner.metrics import report_record
-from ftis.node.trainer.step_metrics import FIGURES, Figure, StepMetrics
+from ftis.node.trainer.step_metrics import FIGURES, StepMetrics
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -154,3 +155,14 @@ def test_join_refuses_an_unknown_display():
 
     result = CliRunner().invoke(app, ["join", "--display", "fancy"])
     assert result.exit_code == 2 and "metrics.display" in result.output
+
+
+def test_a_shown_round_figure_beyond_the_layout_follows_it_by_name(monkeypatch):
+    import ftis.node.runner.display as display
+
+    monkeypatch.setattr(display, "_MORE_ROUND", (("novel_waits", Figure(shown=True, unit="count")),))
+    novel = {"novel_waits": 3}
+    assert "from 2 peers  novel_waits 3  loss " in summary_line(record() | novel)
+    lines = last_drawing(render_table([record(3) | novel, record(4, trained=False) | novel]))
+    assert row(lines, "3")[-6] == "3" and row(lines, "4")[-6] == "3"  # before gen, train, sent, recv, rej
+    assert row(lines, "round")[-6] == "waits"  # the header's second line (its first: novel)

@@ -14,10 +14,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import ConfigError, LoopConfig, LossConfig, NodeConfig, TrainerConfig, load_config
 from ftis.node.loss import LossInputs, LossParams, compute_loss
-from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_problems
+from ftis.node.runner.rounds_barrier import LaterRounds
+from ftis.node.runner.shared_prompts import shared_group_id, shared_problems
 from ftis.node.swarm.memory import MemoryHub
+from ftis.node.trainer.advantage_groups import merge_shared
 from ftis.node.trainer.groups import TrainingGroup, advantage_index
-from ftis.node.trainer.horizontal import merge_shared
 from ftis.node.trainer.packing import micro_batches, pack
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import TaskRef

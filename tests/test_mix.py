@@ -3,19 +3,19 @@
 import numpy as np
 
 from ftis.node.trainer.groups import TrainingGroup
-from ftis.node.trainer.mix import Candidate, select_peer_groups
+from ftis.node.trainer.peer_selection import DatedGroup, select_peer_groups
 from ftis.protocol.schema import CompletionColumns
 
 COLUMNS = CompletionColumns(np.array([1, 2]), np.array([-0.1, -0.2], np.float32), np.array([1, 1]), np.zeros(2),
                             ("stop", "stop"))
 
 
-def candidate(peer: str, created_at: float, rewards: tuple[float, float] = (1.0, 0.0)) -> Candidate:
+def candidate(peer: str, created_at: float, rewards: tuple[float, float] = (1.0, 0.0)) -> DatedGroup:
     group = TrainingGroup(f"{peer}-{created_at}", peer, np.array([1]), COLUMNS, np.array(rewards), True, 1.0)
-    return Candidate(group, created_at)
+    return DatedGroup(group, created_at)
 
 
-def names(chosen: list[Candidate]) -> list[str]:
+def names(chosen: list[DatedGroup]) -> list[str]:
     return [c.group.group_id for c in chosen]
 
 

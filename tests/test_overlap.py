@@ -1,4 +1,4 @@
-"""A round with the run loop's helper threads (``runner/overlap.py``: publishing and decoding peers' batches
+"""A round with the run loop's helper threads (``runner/helper_threads.py``: publishing and decoding peers' batches
 off the round's thread) trains on the same groups, in the same order, with the same results, as a round
 without them; a failed publish still stops the round with its error."""
 
@@ -7,18 +7,18 @@ import math
 import pytest
 from helpers.nodes import make_node
 
-from ftis.node.runner.overlap import Overlap
-from ftis.node.runner.scoring import decode_groups, score_batch
+from ftis.node.runner.helper_threads import HelperThreads
 from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.memory import MemoryHub
+from ftis.node.trainer.wire_groups import decode_groups, score_batch
 from ftis.protocol import decode, encode
 
 
-def run_pair(overlap: Overlap | None, rounds: int = 3) -> list[tuple]:
+def run_pair(overlap: HelperThreads | None, rounds: int = 3) -> list[tuple]:
     hub = MemoryHub()
     nodes = [make_node(hub, "small", "tiny-small", "full", seed=1), make_node(hub, "medium", "tiny-medium", seed=2)]
     try:
-        reports = [node.run_round(overlap=overlap) for _ in range(rounds) for node in nodes]
+        reports = [node.run_round(helpers=overlap) for _ in range(rounds) for node in nodes]
     finally:
         if overlap is not None:
             overlap.close()
@@ -31,7 +31,7 @@ def run_pair(overlap: Overlap | None, rounds: int = 3) -> list[tuple]:
             for r in reports]
 
 
-class CountingOverlap(Overlap):
+class CountingHelperThreads(HelperThreads):
     def __init__(self) -> None:
         super().__init__()
         self.decoded_ahead = 0
@@ -42,7 +42,7 @@ class CountingOverlap(Overlap):
 
 
 def test_a_round_with_helper_threads_matches_one_without():
-    overlap = CountingOverlap()
+    overlap = CountingHelperThreads()
     plain, overlapped = run_pair(None), run_pair(overlap)
     assert sum(r[4] for r in plain) > 0 and any(r[2] is not None for r in plain)  # peers' groups were scored
     assert overlap.decoded_ahead >= 4  # the peer's batch of the round before, each round but the first node's first
@@ -70,10 +70,10 @@ def test_a_failed_publish_stops_the_round_with_its_error():
         raise ValueError(f"sequence number {batch.seq} is not above the last one published")
 
     node.transport.publish = refuse
-    overlap = Overlap()
+    overlap = HelperThreads()
     try:
         with pytest.raises(ValueError, match="not above the last one"):
-            node.run_round(overlap=overlap)
+            node.run_round(helpers=overlap)
     finally:
         overlap.close()  # raised once already: close does not raise it again
         node.transport.close()

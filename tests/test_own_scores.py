@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from helpers.nodes import make_node
 
-from ftis.node.runner.scoring import score_batch, score_own_batch
 from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.memory import MemoryHub
+from ftis.node.trainer.wire_groups import score_batch, score_own_batch
 
 
 @pytest.mark.parametrize("filter_local", [False, True])

@@ -7,7 +7,7 @@ import time
 
 from helpers.nodes import make_node
 
-from ftis.node.runner.node import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
+from ftis.node.runner.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
 from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub
 from ftis.protocol.announcement import Announcement, encode_announcement

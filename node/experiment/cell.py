@@ -38,7 +38,8 @@ from ftis.node.config import ModelConfig, NodeConfig
 from ftis.node.experiment.grid import Cell, Grid
 from ftis.node.experiment.lockstep import LockstepSwarm, SwarmMember, in_parallel, step_round
 from ftis.node.runner.evaluation import EvalResult
-from ftis.node.runner.node import Node, RoundReport
+from ftis.node.runner.node import Node
+from ftis.node.runner.round_report import RoundReport
 
 CELL_SCHEMA = 2  # bump when the record's layout changes
 Echo = Callable[[str], None]

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from ftis.node.config import SwarmConfig
-from ftis.node.runner.node import Node, RoundReport
+from ftis.node.runner.node import Node
+from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.reputation import PeerScore

@@ -1,13 +1,15 @@
 """ftis.node.runner: a node's rounds, put together from the parts.
 
 Files:
-- ``scoring.py``  this node's rewards for any batch's groups (decode, gold answer, task reward).
 - ``node.py``     ``Node.run_round``: generate, publish, collect, score, mix, one F-TIS step.
-- ``overlap.py``  the join loop's helper threads: a round's publish and its peers' decoding overlap its compute.
-- ``horizontal.py`` horizontal grouping: the round's shared prompts and their group ids, later rounds held.
+- ``round_report.py`` ``RoundReport``: a round's figures, each declared once with where it goes (add a metric here).
+- ``rounds_barrier.py`` rounds mode: the wait for peers' batches of the same round, later rounds held, catching up.
+- ``grouping.py`` vertical or horizontal grouping: a round's prompts, group ids, and the step's advantage groups.
+- ``shared_prompts.py`` horizontal grouping: the round's shared prompts and their group ids, the same on every node.
+- ``helper_threads.py`` work a round hands to helper threads: its publish and its peers' decoding overlap its compute.
 - ``rng.py``        the random states a node draws from (its numpy generator, python, torch CPU/CUDA).
 - ``checkpoint.py`` checkpoints: atomic write, verified read, keep-last-K, resume refused for another model.
-- ``keeper.py``     when a running node checkpoints, exports its model and resumes (``[checkpoint]``).
+- ``checkpointer.py`` ``Checkpointer``: when a running node checkpoints, exports its model and resumes.
 - ``metrics.py``    the per-step record and where it goes: ``metrics.jsonl``, TensorBoard events.
 - ``writer.py``     background threads for those files and the round's publish, in order; errors reach the loop.
 - ``utilisation.py`` where a round's wall time goes (generating, training, the rest): the node's utilisation.

@@ -9,9 +9,9 @@ reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
 ``make_display("auto" | "table" | "lines", echo)`` picks one; ``auto`` shows the table only when
 standard output is a terminal.
 
-The training step's established figures are laid out by hand below (``_LAID_OUT``); every other figure
-``StepMetrics`` marks ``shown`` (``trainer/step_metrics.py``) follows them by name, in the summary line
-and as a column of the table, with no change here.
+The established figures are laid out by hand below (``_LAID_OUT``, ``_LAID_OUT_ROUND``); every other figure
+``StepMetrics`` (``trainer/step_metrics.py``) or ``RoundReport`` (``round_report.py``) marks ``shown``
+follows them by name, in the summary line and as a column of the table, with no change here.
 """
 
 import math
@@ -25,8 +25,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from ftis.node.figures import Figure, declared
 from ftis.node.runner.alone import ALONE_AFTER_S
-from ftis.node.trainer.step_metrics import FIGURES, Figure, record_key
+from ftis.node.runner.round_report import RoundReport
+from ftis.node.trainer.step_metrics import FIGURES, record_key
 
 Record = Mapping[str, Any]
 
@@ -71,7 +73,8 @@ def summary_line(record: Record) -> str:
         rewards += f" eval {fixed(r['eval_accuracy'])}"
     peers = len(r["peer_groups_by_peer"])
     groups = (f"groups own {r['own_groups']} peer {r['peer_groups_used']}/{r['peer_groups_received']}"
-              f" from {peers} peer{'' if peers == 1 else 's'}")
+              f" from {peers} peer{'' if peers == 1 else 's'}"
+              + "".join(f"  {name} {value}" for name, value in _more_round_figures(r).items()))
     if r["train_trained"]:
         trained = (f"loss {r['train_loss']:+.4f}  filtered {percent(r['train_filtered_fraction'])}"
                    f" (adv {percent(r['train_filtered_advantage_fraction'])}"
@@ -141,7 +144,7 @@ class TableDisplay:
         caption += _contact(latest)
         table = Table(title=f"ftis-node: last steps (policy v{latest['train_policy_version']})", caption=caption,
                       box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
-        more = [name.replace("_", "\n", 1) for name, _ in _MORE]
+        more = [name.replace("_", "\n", 1) for name, _ in (*_MORE, *_MORE_ROUND)]
         for name in (*_STEP_COLUMNS[:9], *more, *_STEP_COLUMNS[9:]):
             table.add_column(name, justify="right", no_wrap=True)
         for r in self._records:
@@ -159,6 +162,7 @@ class TableDisplay:
                 percent(r["train_truncated_fraction"]) if trained else "-",
                 f"{r['train_divergence_mean']:.3f}" if trained else "-",
                 *(_more_figures(r).values() if trained else ["-"] * len(_MORE)),
+                *_more_round_figures(r).values(),
                 f"{r['generation_tokens_per_s']:.0f}",
                 f"{r['train_tokens_per_s']:.0f}",
                 size(r["bytes_sent"]),
@@ -197,9 +201,23 @@ _MORE: tuple[tuple[str, Figure], ...] = tuple((name, figure) for name, figure in
                                               if figure.shown and name not in _LAID_OUT)
 
 
+# The round's figures the layout shows in its own words (sections, such as the swarm's, are laid out by hand).
+_LAID_OUT_ROUND = {"round", "own_reward", "peer_reward", "eval_accuracy", "own_groups", "peer_groups_received",
+                   "peer_groups_used", "peer_groups_by_peer", "generation_tokens_per_s", "alone_seconds"}
+# ...and the others shown, by name after them.
+_MORE_ROUND: tuple[tuple[str, Figure], ...] = tuple(
+    (name, figure) for name, figure in declared(RoundReport).items()
+    if figure.shown and figure.prefix is None and name not in _LAID_OUT_ROUND)
+
+
 def _more_figures(r: Record) -> dict[str, str]:
-    """The shown figures beyond the laid-out ones, written by their unit: name -> text."""
+    """The step's shown figures beyond the laid-out ones, written by their unit: name -> text."""
     return {name: _written(r[record_key(name)], figure) for name, figure in _MORE}
+
+
+def _more_round_figures(r: Record) -> dict[str, str]:
+    """The round's shown figures beyond the laid-out ones, written by their unit: name -> text."""
+    return {name: _written(r[name], figure) for name, figure in _MORE_ROUND}
 
 
 def _written(value: float, figure: Figure) -> str:

@@ -2,7 +2,7 @@
 
 The model, the task and the generator are built here; the transport is the hivemind one unless the
 caller passes another (tests and demos pass a ``MemoryTransport``). Ctrl-C or SIGTERM end the loop
-between rounds' operations; the last completed round is checkpointed and the model exported (``keeper.py``),
+between rounds' operations; the last completed round is checkpointed and the model exported (``checkpointer.py``),
 and the transport is always closed (DHT and ``p2pd`` shut down).
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from ftis.node.config import NodeConfig, TaskConfig
 from ftis.node.runner.alone import Alone
+from ftis.node.runner.checkpointer import Checkpointer
 from ftis.node.runner.evaluation import EvalResult
-from ftis.node.runner.keeper import Keeper
+from ftis.node.runner.helper_threads import HelperThreads
 from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.mutes import MuteWatch
 from ftis.node.runner.node import Node
-from ftis.node.runner.overlap import Overlap
 from ftis.node.runner.periodic_eval import PeriodicEval
 from ftis.node.runner.prompts import uses_chat_template
 from ftis.node.runner.utilisation import LoopClock
@@ -88,10 +88,10 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     metrics = RunMetrics(out, node.config.metrics, echo)
     echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
          f"{node.config.swarm.run_id!r}; metrics in {metrics.log.path}")
-    keeper = Keeper(node, out, echo)
-    overlap = Overlap()  # publishing and decoding peers' batches overlap generating and training
+    checkpointer = Checkpointer(node, out, echo)
+    helpers = HelperThreads()  # publishing and decoding peers' batches overlap generating and training
     try:
-        keeper.start(resume)
+        checkpointer.start(resume)
         evaluation = PeriodicEval(node, echo)
         clock = LoopClock()  # each round's share of the wall time, and what took it (utilisation.py)
         evaluated: EvalResult | None = None
@@ -105,7 +105,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
         done = 0
         while rounds is None or done < rounds:
             evaluated = None
-            report = node.run_round(evaluate, overlap)
+            report = node.run_round(evaluate, helpers)
             lap = clock.lap(report.seconds)
             peers = len([m for m in node.transport.members() if m.peer_id != node.transport.peer_id])
             if (warning := alone.check(peers + len(report.peer_groups_by_peer), report.transport)) is not None:
@@ -118,16 +118,16 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
                 echo(line)
             done += 1
             with clock.part("checkpoint"):
-                keeper.after_round()
+                checkpointer.after_round()
         evaluation.run_if_due(node, metrics.log)  # the final weights, when due
     finally:
         try:
-            keeper.stop()
+            checkpointer.stop()
         finally:
             try:
                 metrics.close()
             finally:
                 try:
-                    overlap.close()  # a batch handed over before a stop still goes out
+                    helpers.close()  # a batch handed over before a stop still goes out
                 finally:
                     node.transport.close()

@@ -1,47 +1,39 @@
 """One node's round: generate its groups, publish them, collect its peers', score everything with its
 own task, and take one F-TIS step on its own groups plus a fair mix of its peers' (docs/node.md).
 
+    report = node.run_round()      # one round; the run loop (join.py) passes its evaluation and helper threads
+
 In the default ``async`` mode a round never waits for peers: it trains on whatever has arrived. In
-``rounds`` mode it waits, up to ``loop.round_deadline_s``, until every live peer (announced within
-its TTL, same tokenizer, not muted) has delivered a batch of this round or a later one, and trains on
-the batches of this round and earlier ones (a batch of a later round is held until this node reaches
-that round). A live peer that misses a round's deadline is charged for it (``inbox.MISSED_ROUND``), and
-one that missed ``MISSED_ROUNDS_IGNORED`` rounds in a row is no longer waited for until it delivers
-again: a member that announces itself and never publishes (a ghost) costs a few deadlines, not every
-round. A node that finds its peers ahead (it joined late, or restarted) jumps to their round, so the
-swarm falls into step; only to a round a strict majority of its live peers have reached, so one peer's
-claim of a far-off round moves no node that has other peers. The
+``rounds`` mode it waits for its peers' batches of the same round, up to a deadline, and trains on the
+batches of this round and earlier ones (``rounds_barrier.py``). Which prompts a node answers and how groups
+become advantage groups is the grouping's (``grouping.py``: vertical, or horizontal in rounds mode). The
 model is trained in place, so the next round generates with the weights this round produced, and the
 generator's policy version says so.
-
-With ``loop.grouping = "horizontal"`` (rounds mode only) every node draws the round's prompts from the
-shared seed and the round number, and a prompt's completions from all nodes form one advantage group
-(``horizontal.py`` here and in ``trainer/``); a peer's batch of a later round waits for that round.
 """
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ftis.node.config import NodeConfig
 from ftis.node.generation import Generator
 from ftis.node.models import Policy
-from ftis.node.runner.horizontal import LaterRounds, shared_group_id, shared_problems
-from ftis.node.runner.overlap import Overlap, Texts, batch_key
+from ftis.node.runner.grouping import GROUPINGS
+from ftis.node.runner.helper_threads import HelperThreads, Texts, batch_key
 from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
-from ftis.node.runner.scoring import score_batch, score_own_batch
+from ftis.node.runner.round_report import RoundReport
+from ftis.node.runner.rounds_barrier import RoundsBarrier
 from ftis.node.runner.utilisation import Stopwatch
-from ftis.node.swarm.inbox import MISSED_ROUND, NONFINITE, PROMPT_MISMATCH
-from ftis.node.swarm.reputation import PeerScore
-from ftis.node.swarm.transport import ReceivedBatch, Transport, TransportStats
+from ftis.node.swarm.inbox import NONFINITE, PROMPT_MISMATCH
+from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
-from ftis.node.trainer.horizontal import MergedGroups, merge_shared
-from ftis.node.trainer.mix import Candidate, select_peer_groups
+from ftis.node.trainer.peer_selection import DatedGroup
 from ftis.node.trainer.step_metrics import StepMetrics
 from ftis.node.trainer.trainer import Trainer
+from ftis.node.trainer.wire_groups import score_batch, score_own_batch
 from ftis.protocol import (
     Group,
     PolicyInfo,
@@ -50,31 +42,6 @@ from ftis.protocol import (
     TaskRef,
     TokenizerInfo,
 )
-from ftis.protocol.limits import MAX_SEQ
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    round: int
-    own_reward: float  # mean reward of this node's own completions (= its sampling accuracy)
-    peer_reward: float  # mean reward this node gave its peers' completions (nan when none arrived)
-    own_groups: int
-    peer_groups_received: int
-    peer_groups_used: int
-    peer_groups_by_peer: dict[str, int]
-    unusable_groups: int
-    generation_tokens: int
-    generation_seconds: float
-    waited_seconds: float  # rounds mode: time spent waiting for peers' batches (0 in async mode)
-    late_peers: int  # rounds mode: live peers whose batch of the round had not arrived by the deadline
-    step: StepMetrics
-    transport: TransportStats = field(repr=False)
-    merged_groups: int = 0  # horizontal grouping: advantage groups formed from more than one node's groups
-    merged_group_size: float = float("nan")  # ...their mean number of completions (nan when none)
-    mismatched_groups: int = 0  # ...peers' groups with a shared prompt's id but another task or prompt: apart
-    generator: dict[str, object] = field(default_factory=dict)  # the backend's own counters (vLLM: weight syncs...)
-    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of the round's parts (utilisation.py)
-    scores: dict[str, PeerScore] = field(default_factory=dict)  # peers as this node judges them (reputation.py)
 
 
 class RoundInterrupted(RuntimeError):
@@ -91,10 +58,34 @@ class NodeState:
 
 
 @dataclass(frozen=True)
-class _Boundary:
+class RoundStart:
+    """The state a round starts from, that of the last completed round: what ``state_dict`` saves."""
+
     round: int
     steps_started: int
     rng: RngState
+
+
+@dataclass(frozen=True)
+class OwnBatch:
+    """This node's batch of the round, and what making it took."""
+
+    batch: RolloutBatch
+    rewards: list[list[float]]  # this node's rewards of each group's completions (score_own_batch)
+    tokens: int
+    seconds: float
+    arrived: list[ReceivedBatch]  # peers' batches taken before generating (with helpers), for this round's step
+    peer_texts: Texts  # ...their completions' texts (decode_groups)
+
+
+@dataclass(frozen=True)
+class PeerGroups:
+    """The peers' batches a round scored: their usable groups, dated for the mix, and what scoring found."""
+
+    candidates: list[DatedGroup]
+    rewards: list[float]
+    unusable: int
+    batches_by_peer: dict[str, int]  # the peers' batches this step draws on (for their scores)
 
 
 class Node:
@@ -112,27 +103,24 @@ class Node:
         self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
                                          generation.max_new_tokens)
         self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
-        self._latest_seq: dict[str, int] = {}  # rounds mode: each peer's newest batch delivered so far
-        self._missed: dict[str, int] = {}  # rounds mode: deadlines each live peer has missed in a row
-        self._horizontal = config.loop.grouping == "horizontal"
-        self._later = LaterRounds()  # horizontal grouping: peers' batches of rounds not reached yet
-        self._boundary = self._snapshot()
+        self.grouping = GROUPINGS[config.loop.grouping](config, task, self._rng)
+        self._rounds_mode = config.loop.mode == "rounds"
+        self._barrier = RoundsBarrier(config, transport, policy.fingerprint)
+        self._start = self._snapshot()
 
-    def run_round(self, evaluate: Callable[[], object] | None = None, overlap: Overlap | None = None) -> RoundReport:
+    def run_round(self, evaluate: Callable[[], object] | None = None,
+                  helpers: HelperThreads | None = None) -> RoundReport:
         """One round. ``evaluate`` (the run loop's periodic evaluation) runs once this round's batch is
         published and before its step: the weights are still the ones the round generated with, and the
         peers have this node's batch without waiting for the evaluation (in rounds mode, they train meanwhile).
-        ``overlap`` (the run loop's helper threads, ``overlap.py``): publishing and decoding peers' batches
-        overlap generating and training, with the same results; the round waits for its publish after its
-        step (raising its error), so the round's report counts it as before."""
-        self._boundary = self._snapshot()  # the state of the last completed round, for state_dict
+        ``helpers`` (the run loop's helper threads, ``helper_threads.py``): publishing and decoding peers'
+        batches overlap generating and training, with the same results; the round waits for its publish after
+        its step (raising its error), so the round's report counts it as before."""
+        self._start = self._snapshot()  # the state of the last completed round, for state_dict
         watch = Stopwatch()  # where the round's wall time goes (utilisation.py)
-        own = self._generate(watch, overlap)
+        own = self._generate(watch, helpers)
         with watch.part("publish"):
-            if overlap is None:
-                self.transport.publish(own.batch)
-            else:
-                overlap.publisher.submit(self.transport.publish, own.batch)
+            self._publish(own.batch, helpers)
         if evaluate is not None:
             with watch.part("eval"):
                 evaluate()
@@ -140,69 +128,30 @@ class Node:
             scored_own = score_own_batch(own.batch, own.rewards, off_policy=self.config.loss.filter_local)
         with watch.part("collect"):
             received, waited, late = self._collect(own.arrived)
-        candidates, peer_rewards, unusable = [], [], 0
-        batches_by_peer: dict[str, int] = {}  # the peers' batches this step draws on (for their scores)
-        rounds_mode = self.config.loop.mode == "rounds"  # a peer's batch of a later round waits for that round
         with watch.part("score_peers"):
-            for item in self._later.take(received, self.round) if rounds_mode else received:
-                scored = score_batch(item.batch, self.task, self.policy.tokenizer,
-                                     trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
-                                     vocab_size=self._embedding_rows, texts=own.peer_texts.get(batch_key(item)),
-                                     split=self.config.task.split)
-                if scored.mismatched:  # prompts that are not their problems': the peer is charged, once a batch
-                    self.transport.report_fault(item.peer_id, PROMPT_MISMATCH)
-                candidates += [Candidate(group, _freshness(item, self.config.swarm.max_age_s))
-                               for group in scored.groups]
-                batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
-                peer_rewards += scored.rewards
-                unusable += scored.unusable
+            peers = self._score_peers(received, own.peer_texts)
         with watch.part("select"):
-            chosen = select_peer_groups(candidates, self.config.mix.max_peer_groups, vertical=not self._horizontal,
-                                        share=self.config.mix.max_peer_share)
-            groups = [*scored_own.groups, *(c.group for c in chosen)]  # own first: the reference of a shared prompt
-            merged = merge_shared(groups) if self._horizontal else MergedGroups(groups, [], 0)
+            grouped = self.grouping.groups(scored_own.groups, peers.candidates)
         with watch.part("train"):
-            step = self.trainer.step(merged.groups)
-        if overlap is not None:
+            step = self.trainer.step(grouped.merged.groups)
+        if helpers is not None:
             with watch.part("publish"):
-                overlap.publisher.flush()
+                helpers.publisher.flush()
         with watch.part("generate"):  # the generator's own work: vLLM copies the new weights into its engine
             self.generator.sync_weights(self.trainer.policy_version)
-        for peer in step.nonfinite_peers:  # a refused step: the peers whose groups alone were not finite
-            if peer in batches_by_peer:
-                self.transport.report_fault(peer, NONFINITE)
-        for peer, counts in step.filtered_by_peer.items():  # the filter's verdict on each peer, for its score
-            if peer in batches_by_peer:  # not this node's own stale groups
-                self.transport.report_filtered(peer, batches_by_peer[peer], counts.completions,
-                                               counts.divergence_filtered)
-        by_peer: dict[str, int] = {}
-        for candidate in chosen:
-            by_peer[candidate.group.peer_id] = by_peer.get(candidate.group.peer_id, 0) + 1
+        self._judge_peers(step, peers.batches_by_peer)
         report = RoundReport(
-            round=self.round,
-            own_reward=float(np.mean(scored_own.rewards)) if scored_own.rewards else float("nan"),
-            peer_reward=float(np.mean(peer_rewards)) if peer_rewards else float("nan"),
-            own_groups=len(scored_own.groups),
-            peer_groups_received=len(candidates),
-            peer_groups_used=len(chosen),
-            peer_groups_by_peer=by_peer,
-            unusable_groups=unusable,
-            generation_tokens=own.tokens,
-            generation_seconds=own.seconds,
-            waited_seconds=waited,
-            late_peers=late,
-            step=step,
-            transport=self.transport.stats(),
-            scores=self.transport.scores(),
-            merged_groups=merged.merged,
-            merged_group_size=float(np.mean(merged.sizes)) if merged.sizes else float("nan"),
-            mismatched_groups=merged.mismatched,
-            generator=_generator_stats(self.generator),
-            seconds=watch.seconds,
-        )
+            round=self.round, own_reward=_mean(scored_own.rewards), peer_reward=_mean(peers.rewards),
+            own_groups=len(scored_own.groups), peer_groups_received=len(peers.candidates),
+            peer_groups_used=len(grouped.chosen), peer_groups_by_peer=_by_peer(grouped.chosen),
+            unusable_groups=peers.unusable, generation_tokens=own.tokens, generation_seconds=own.seconds,
+            waited_seconds=waited, late_peers=late, merged_groups=grouped.merged.merged,
+            merged_group_size=_mean(grouped.merged.sizes), mismatched_groups=grouped.merged.mismatched,
+            generator=_generator_stats(self.generator), step=step, transport=self.transport.stats(),
+            seconds=watch.seconds, scores=self.transport.scores())
         self.round += 1
-        if rounds_mode:  # fall into step with peers that are ahead
-            self.round = max(self.round, self._swarm_round())
+        if self._rounds_mode:  # fall into step with peers that are ahead
+            self.round = max(self.round, self._barrier.swarm_round())
         return report
 
     def state_dict(self) -> NodeState:
@@ -210,11 +159,11 @@ class Node:
         any point, e.g. after Ctrl-C interrupted a round: the round's random draws are undone by taking the
         RNG states of its start. Raises ``RoundInterrupted`` if the round was stopped inside its optimizer
         step, where the weights are neither the last round's nor the next one's."""
-        if self.round != self._boundary.round:  # a round completed since the snapshot: we are between rounds
-            self._boundary = self._snapshot()
-        if self.trainer.steps_started != self._boundary.steps_started:
+        if self.round != self._start.round:  # a round completed since the snapshot: we are between rounds
+            self._start = self._snapshot()
+        if self.trainer.steps_started != self._start.steps_started:
             raise RoundInterrupted(f"round {self.round} was stopped inside its optimizer step")
-        return NodeState(self._boundary.round, self._boundary.rng, self.trainer.state_dict())
+        return NodeState(self._start.round, self._start.rng, self.trainer.state_dict())
 
     def load_state_dict(self, state: NodeState) -> None:
         """Continue from ``state``: its round, optimizer, policy version and RNG states. Load the weights into
@@ -223,87 +172,68 @@ class Node:
         self.generator.sync_weights(self.trainer.policy_version)
         self.round = state.round
         state.rng.restore(self._rng)
-        self._boundary = self._snapshot()
+        self._start = self._snapshot()
 
-    def _snapshot(self) -> _Boundary:
-        return _Boundary(self.round, self.trainer.steps_started, RngState.capture(self._rng))
+    def _snapshot(self) -> RoundStart:
+        return RoundStart(self.round, self.trainer.steps_started, RngState.capture(self._rng))
+
+    def _publish(self, batch: RolloutBatch, helpers: HelperThreads | None) -> None:
+        if helpers is None:
+            self.transport.publish(batch)
+        else:
+            helpers.publisher.submit(self.transport.publish, batch)
 
     def _collect(self, arrived: list[ReceivedBatch]) -> tuple[list[ReceivedBatch], float, int]:
         """Peers' batches for this round's step (``arrived``: those taken earlier in the round, first), the
-        seconds spent waiting, and the live peers still missing at the deadline (rounds mode; async mode
-        takes what has arrived and never waits)."""
+        seconds spent waiting, and the live peers still missing at the deadline. Async mode takes what has
+        arrived and never waits; rounds mode waits for this round's batches, and holds later rounds' back."""
         received = [*arrived, *self.transport.receive()]
-        if self.config.loop.mode == "async":
+        if not self._rounds_mode:
             return received, 0.0, 0
-        started = time.monotonic()
-        deadline = started + self.config.loop.round_deadline_s
-        self._note_seqs(received)
-        asked = -float("inf")
-        while (missing := self._missing_peers()) and time.monotonic() < deadline:
-            if time.monotonic() - asked >= _ROUNDS_REPOLL_S:  # don't wait out the transport's poll period
-                self.transport.poll_now()
-                asked = time.monotonic()
-            time.sleep(_ROUNDS_POLL_S)
-            arrived = self.transport.receive()
-            self._note_seqs(arrived)
-            received += arrived
-        for peer in missing & self._live_peers():  # not the placeholders of peers short of min_peers
-            self._missed[peer] = self._missed.get(peer, 0) + 1
-            self.transport.report_fault(peer, MISSED_ROUND)
-        return received, time.monotonic() - started, len(missing)
+        waited = self._barrier.wait(received, self.round)
+        return self._barrier.later.take(waited.received, self.round), waited.seconds, waited.late_peers
 
-    def _note_seqs(self, received: list[ReceivedBatch]) -> None:
+    def _score_peers(self, received: list[ReceivedBatch], texts: Texts) -> PeerGroups:
+        """Each batch scored with this node's task (``wire_groups.score_batch``); a peer whose prompts are
+        not their problems' is charged, once a batch."""
+        candidates, rewards, unusable, batches_by_peer = [], [], 0, {}
         for item in received:
-            self._latest_seq[item.peer_id] = max(item.batch.seq, self._latest_seq.get(item.peer_id, -1))
-            self._missed.pop(item.peer_id, None)
+            scored = score_batch(item.batch, self.task, self.policy.tokenizer,
+                                 trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
+                                 vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
+                                 split=self.config.task.split)
+            if scored.mismatched:
+                self.transport.report_fault(item.peer_id, PROMPT_MISMATCH)
+            candidates += [DatedGroup(group, _freshness(item, self.config.swarm.max_age_s)) for group in scored.groups]
+            batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
+            rewards += scored.rewards
+            unusable += scored.unusable
+        return PeerGroups(candidates, rewards, unusable, batches_by_peer)
 
-    def _live_peers(self) -> set[str]:
-        """Peers announced within the TTL, with this node's tokenizer, not muted (a muted peer's batches are
-        refused anyway, and a peer that got itself muted must not hold every round up to the deadline)."""
-        live_since = time.time() - self.config.swarm.announcement_ttl_s
-        muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
-        return {member.peer_id for member in self.transport.members()
-                if member.peer_id != self.transport.peer_id and member.tokenizer == self.policy.fingerprint
-                and member.last_seen >= live_since and member.peer_id not in muted}
-
-    def _missing_peers(self) -> set[str]:
-        """Live peers that have not yet delivered a batch of this round or a later one (a batch that
-        arrived early, during an earlier round's wait, counts), unless they missed the last
-        ``MISSED_ROUNDS_IGNORED`` deadlines, plus a placeholder for each peer short of ``loop.min_peers``."""
-        awaited = {peer for peer in self._live_peers() if self._missed.get(peer, 0) < MISSED_ROUNDS_IGNORED}
-        missing = {peer for peer in awaited if self._latest_seq.get(peer, -1) < self.round}
-        wanted = self.config.loop.min_peers
-        return missing | {f"(peer {k} of {wanted})" for k in range(len(awaited) + 1, wanted + 1)}
-
-    def _swarm_round(self) -> int:
-        """The newest round a strict majority of the live peers have delivered a batch of (or of a later
-        round), at most ``MAX_JUMP_ROUND``; -1 when fewer than that majority have delivered any."""
-        live = self._live_peers()
-        reached = sorted((self._latest_seq[peer] for peer in live if peer in self._latest_seq), reverse=True)
-        quorum = len(live) // 2 + 1
-        return min(reached[quorum - 1], MAX_JUMP_ROUND) if len(reached) >= quorum else -1
+    def _judge_peers(self, step: StepMetrics, batches_by_peer: dict[str, int]) -> None:
+        """Evidence for the peers' scores from the step: a refused step charges the peers whose groups alone
+        were not finite; the filter's verdict on each peer's completions is reported (not this node's own)."""
+        for peer in step.nonfinite_peers:
+            if peer in batches_by_peer:
+                self.transport.report_fault(peer, NONFINITE)
+        for peer, counts in step.filtered_by_peer.items():
+            if peer in batches_by_peer:
+                self.transport.report_filtered(peer, batches_by_peer[peer], counts.completions,
+                                               counts.divergence_filtered)
 
     def _problems(self) -> list[Problem]:
-        split, count = self.config.task.split, self.config.generation.prompts_per_round
-        if self._horizontal:
-            return shared_problems(self.task, split, count, self.config.loop.swarm_seed, self.round)
-        size = self.task.size(split)
-        if size is None:  # a synthetic task: any index is a problem
-            indices = self._rng.integers(0, 2**31 - 1, size=count)
-        else:
-            indices = self._rng.choice(size, size=count, replace=size < count)
-        return [self.task.problem(split, int(index)) for index in indices]
+        return self.grouping.problems(self.round)
 
-    def _generate(self, watch: Stopwatch, overlap: Overlap | None) -> "_Own":
+    def _generate(self, watch: Stopwatch, helpers: HelperThreads | None) -> OwnBatch:
         started = time.perf_counter()
         problems = self._problems()
         tokenizer = self.policy.tokenizer
         prompts = [prompt_ids(tokenizer, self.task.prompt(p), chat=self.chat) for p in problems]
         seed = int(self._rng.integers(2**31))
-        arrived, peer_texts = [], None  # with overlap: peers' batches so far, decoded while the generator runs
-        if overlap is not None:
+        arrived, peer_texts = [], None  # with helpers: peers' batches so far, decoded while the generator runs
+        if helpers is not None:
             arrived = self.transport.receive()
-            peer_texts = overlap.decode_ahead(arrived, tokenizer, self._embedding_rows) if arrived else None
+            peer_texts = helpers.decode_ahead(arrived, tokenizer, self._embedding_rows) if arrived else None
         with watch.part("generate"):
             completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling, seed=seed)
         decoded = peer_texts.result() if peer_texts is not None else {}  # the tokenizer is free again from here
@@ -313,8 +243,7 @@ class Node:
             rewards = [self.task.reward(text, problem.answer) for text in texts]
             rewards_by_group.append(rewards)
             groups.append(Group(
-                group_id=shared_group_id(self.config.swarm.run_id, self.round, k) if self._horizontal
-                else f"{self.transport.peer_id}/{self.round}/{k}",
+                group_id=self.grouping.group_id(self.transport.peer_id, self.round, k),
                 task=TaskRef(problem.dataset, problem.split, problem.index, problem.answer),
                 prompt_ids=prompt,
                 completions=tuple(c.to_completion(r) for c, r in zip(generated, rewards, strict=True)),
@@ -333,7 +262,7 @@ class Node:
         tokens = sum(c.num_tokens for generated in completions for c in generated)
         seconds = time.perf_counter() - started
         watch.seconds["build"] = seconds - watch.seconds["generate"]
-        return _Own(batch, rewards_by_group, tokens, seconds, arrived, decoded)
+        return OwnBatch(batch, rewards_by_group, tokens, seconds, arrived, decoded)
 
 
 def _freshness(item: ReceivedBatch, max_age_s: float) -> float:
@@ -343,26 +272,18 @@ def _freshness(item: ReceivedBatch, max_age_s: float) -> float:
     return created if created <= item.received_at else item.received_at - max_age_s
 
 
+def _mean(values: list[float] | list[int]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _by_peer(chosen: list[DatedGroup]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for dated in chosen:
+        counts[dated.group.peer_id] = counts.get(dated.group.peer_id, 0) + 1
+    return counts
+
+
 def _generator_stats(generator: object) -> dict[str, object]:
     """A backend's counters, for backends that keep some (vLLM: weight syncs, stale generations)."""
     stats = getattr(generator, "stats", None)
     return asdict(stats()) if callable(stats) else {}
-
-
-# Rounds mode: a live peer that missed this many deadlines in a row is not waited for until it delivers again.
-MISSED_ROUNDS_IGNORED = 2
-# ...and no node jumps past this round, whoever claims it: half the protocol's range (MAX_SEQ / 2 rounds, 17,000
-# years at a round a second), so a node can always publish the rounds after it.
-MAX_JUMP_ROUND = MAX_SEQ // 2
-_ROUNDS_POLL_S = 0.05  # rounds mode: how often the local inbox is checked while waiting (no network call)
-_ROUNDS_REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
-
-
-@dataclass(frozen=True)
-class _Own:
-    batch: RolloutBatch
-    rewards: list[list[float]]  # this node's rewards of each group's completions (score_own_batch)
-    tokens: int
-    seconds: float
-    arrived: list[ReceivedBatch]  # peers' batches taken before generating (with overlap), for this round's step
-    peer_texts: Texts  # ...their completions' texts (decode_groups)

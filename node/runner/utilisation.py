@@ -28,8 +28,8 @@ WORK = ("generate", "train")  # what counts as utilised
 ROUND_PARTS = (
     "generate",  # the generator's sampling call (vLLM: with its weight sync)
     "build",  # the round's prompts, own completions' texts and rewards (advisory in the batch), the batch
-    # (with the run loop's overlap.py: also taking peers' batches and waiting for their texts)
-    "publish",  # encoding the own batch and handing it to the network thread (overlap.py: to the publisher's
+    # (with the run loop's helper_threads.py: also taking peers' batches and waiting for their texts)
+    "publish",  # encoding the own batch and handing it to the network thread (helper_threads.py: to the publisher's
     # thread, and waiting for it after the step)
     "eval",  # periodic held-out evaluation, when due (after the publish: Node.run_round)
     "score_own",  # this node's own groups for the step, with the rewards computed in build
@@ -75,6 +75,11 @@ class LoopLap:
         """The figures a step record carries (``metrics.jsonl``, TensorBoard ``loop/*``)."""
         return {"loop_seconds": self.seconds, "utilisation": self.utilisation,
                 **{f"loop_{name}_seconds": self.parts[name] for name in PARTS}}
+
+    def figures(self) -> dict[str, object]:
+        """The same, as ``RoundReport``'s fields (``loop_seconds``, ``utilisation``, ``loop_parts``)."""
+        return {"loop_seconds": self.seconds, "utilisation": self.utilisation,
+                "loop_parts": {f"{name}_seconds": self.parts[name] for name in PARTS}}
 
 
 def make_lap(seconds: float, parts: Mapping[str, float]) -> LoopLap:

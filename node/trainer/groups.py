@@ -3,7 +3,7 @@ whether the filter applies to them (docs/loss.md), and which of them share one a
 
 A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
 groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the
-advantage of each completion is over all of them (``horizontal.py`` decides which share a key).
+advantage of each completion is over all of them (``advantage_groups.py`` decides which share a key).
 """
 
 from dataclasses import dataclass

@@ -17,40 +17,15 @@ How a figure gets its value:
 - otherwise ``Trainer.step`` passes it by name (counts, the gradient norm, the time taken).
 """
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass
 
 from torch import Tensor
 
+from ftis.node.figures import Figure, declared, figure
 from ftis.node.loss import LossOutputs
 from ftis.node.trainer.groups import TrainingGroup
 
-Combine = Literal["sequences", "tokens", "off_policy", "max"]
-Unit = Literal["fraction", "count", "value"]  # how the terminal writes it: a percentage, an integer, 3 digits
-
 RECORD_PREFIX = "train_"  # a figure's key in the flat record: train_<name>
-
-
-@dataclass(frozen=True)
-class Figure:
-    """Where one figure goes besides ``metrics.jsonl`` (see the module docstring)."""
-
-    combine: Combine | None = None
-    tag: str | None = None  # TensorBoard
-    every_step: bool = False  # ...also for steps not taken (figures that mean something then)
-    shown: bool = False  # the terminal shows it
-    unit: Unit = "value"
-
-
-_FIGURE = "figure"  # the key of a field's Figure in its metadata
-
-
-def figure(default: Any = 0.0, *, factory: Any = None, init: bool = True, **where: Any) -> Any:
-    """A ``StepMetrics`` field: its value on a step not taken (``default``, or ``factory()``) and its ``Figure``."""
-    metadata = {_FIGURE: Figure(**where)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, init=init, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -91,10 +66,10 @@ class StepMetrics:
     divergence_mean: float = figure(combine="off_policy", tag="divergence/mean", shown=True)  # mean D_i, off-policy
     seconds: float = figure()  # wall time of the step
     # by the groups' peer_id: evidence for the peers' scores (swarm/reputation.py)
-    filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)  # noqa: RUF009 (a field(), not a default)
+    filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)
     refused: bool = figure(False, tag="train/refused", every_step=True, shown=True)  # loss or gradient not finite
     # ...the peers whose groups alone were not finite
-    nonfinite_peers: list[str] = figure(factory=list, shown=True)  # noqa: RUF009 (a field(), not a default)
+    nonfinite_peers: list[str] = figure(factory=list, shown=True)
     # tokens / seconds, made here from those two (not passed)
     tokens_per_s: float = figure(init=False, tag="throughput/train_tokens_per_s", every_step=True, shown=True)
 
@@ -102,7 +77,7 @@ class StepMetrics:
         object.__setattr__(self, "tokens_per_s", self.tokens / self.seconds if self.seconds > 0 else 0.0)
 
 
-FIGURES: dict[str, Figure] = {f.name: f.metadata[_FIGURE] for f in fields(StepMetrics)}
+FIGURES: dict[str, Figure] = declared(StepMetrics)
 
 
 def record_key(name: str) -> str:

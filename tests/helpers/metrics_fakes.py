@@ -1,6 +1,6 @@
 """Hand-built step reports for the metrics and display tests."""
 
-from ftis.node.runner.node import RoundReport
+from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_metrics import StepMetrics
 

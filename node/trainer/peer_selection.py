@@ -21,16 +21,16 @@ from ftis.node.trainer.groups import TrainingGroup, rewards_vary
 
 
 @dataclass(frozen=True, eq=False)
-class Candidate:
+class DatedGroup:
     group: TrainingGroup
     created_at: float  # of the batch that carried it
 
 
-def select_peer_groups(candidates: list[Candidate], limit: int, *, vertical: bool = True,
-                       share: float = 1.0) -> list[Candidate]:
+def select_peer_groups(candidates: list[DatedGroup], limit: int, *, vertical: bool = True,
+                       share: float = 1.0) -> list[DatedGroup]:
     """``vertical``: each group is its own advantage group, so one without reward variance is left out.
     ``share``: the most of ``limit`` one peer may give (rounded up)."""
-    by_peer: dict[str, list[Candidate]] = defaultdict(list)
+    by_peer: dict[str, list[DatedGroup]] = defaultdict(list)
     for candidate in candidates:
         if not vertical or rewards_vary([candidate.group]):
             by_peer[candidate.group.peer_id].append(candidate)
@@ -39,7 +39,7 @@ def select_peer_groups(candidates: list[Candidate], limit: int, *, vertical: boo
         return []
     queues = [sorted(queue, key=lambda c: -c.created_at)[:most] for queue in by_peer.values()]
     queues.sort(key=lambda queue: -queue[0].created_at)
-    chosen: list[Candidate] = []
+    chosen: list[DatedGroup] = []
     turn = 0
     while len(chosen) < limit and any(queues):
         queue = queues[turn % len(queues)]

@@ -1,5 +1,5 @@
 """Work a node's round hands to helper threads, so that it overlaps generating and training.
-The run loop (``join.run_node``) makes one ``Overlap`` and passes it to every round (``Node.run_round``);
+The run loop (``join.run_node``) makes one ``HelperThreads`` and passes it to every round (``Node.run_round``);
 without one (tests, lockstep experiments) a round does all of it itself, in order.
 
 - publishing: the round's batch is encoded and handed to the transport on the publisher's thread while the
@@ -18,9 +18,9 @@ Both give the same results as doing the work in place: the same bytes published,
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ftis.node.runner.scoring import decode_groups
 from ftis.node.runner.writer import BackgroundWriter
 from ftis.node.swarm.transport import ReceivedBatch
+from ftis.node.trainer.wire_groups import decode_groups
 
 BatchKey = tuple[str, int]  # (peer id, sequence number): one batch (a peer's batch arrives at most once)
 Texts = dict[BatchKey, list[list[str] | None]]  # each group's completion texts (None: not decoded)
@@ -30,7 +30,7 @@ def batch_key(item: ReceivedBatch) -> BatchKey:
     return item.peer_id, item.batch.seq
 
 
-class Overlap:
+class HelperThreads:
     def __init__(self) -> None:
         self.publisher = BackgroundWriter(name="ftis-publisher")
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ftis-decoder")

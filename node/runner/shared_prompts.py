@@ -1,18 +1,19 @@
 """Horizontal grouping, the runner's side (docs/loss.md): all nodes of a run answer the same prompts in a
-round, so that their completions for one prompt can form one advantage group (``trainer/horizontal.py``).
+round, so that their completions for one prompt can form one advantage group (``trainer/advantage_groups.py``).
 
 - ``shared_problems``: problem k of round r is drawn by an RNG seeded with (swarm_seed, r, k) alone, so
   every node with the same ``loop.swarm_seed``, task and split draws it, whatever its model seed or its
   ``prompts_per_round``. Draws are independent, so a finite split can repeat a problem within a round.
 - ``shared_group_id``: that prompt's group id, ``run/round/k``, the same on every node (vertical ids start
   with the generating peer's id instead). Run ids hold no ``/``, so the parts cannot run together.
-- ``LaterRounds``: a peer's batch of a later round than this node's waits for that round, where its
-  prompts are this node's too (rounds mode, which horizontal grouping requires, lets peers run ahead).
+
+Merging the nodes' groups of one prompt into one advantage group is the trainer's concern
+(``trainer/advantage_groups.py``); a peer's batch of a later round waits for that round in rounds mode
+(``rounds_barrier.py``), which horizontal grouping requires.
 """
 
 import numpy as np
 
-from ftis.node.swarm.transport import ReceivedBatch
 from ftis.node.tasks import Problem, Task
 
 _STREAM = 0x484F52  # tags the shared-prompt seeds, so they never coincide with a node's own RNG streams
@@ -28,19 +29,3 @@ def shared_problems(task: Task, split: str, count: int, swarm_seed: int, round_:
 
 def shared_group_id(run_id: str, round_: int, k: int) -> str:
     return f"{run_id}/{round_}/{k}"
-
-
-class LaterRounds:
-    """Peers' batches of rounds this node has not reached yet, held until it does."""
-
-    def __init__(self) -> None:
-        self._held: list[ReceivedBatch] = []
-
-    def take(self, received: list[ReceivedBatch], round_: int) -> list[ReceivedBatch]:
-        """The batches of round ``round_`` or earlier among those held and ``received``; later ones are held."""
-        pending = [*self._held, *received]
-        self._held = [item for item in pending if item.batch.seq > round_]
-        return [item for item in pending if item.batch.seq <= round_]
-
-    def __len__(self) -> int:
-        return len(self._held)

@@ -1,9 +1,9 @@
 """When a running node checkpoints and exports its model, and how it resumes (``[checkpoint]`` settings).
 
-    keeper = Keeper(node, out, echo)
-    keeper.start(resume=True)  # continue from <out>/checkpoints/; without resume, refuse to mix two runs there
-    ...                        # after each round: keeper.after_round()
-    keeper.stop()              # in a finally: checkpoint the last completed round, export the model
+    checkpointer = Checkpointer(node, out, echo)
+    checkpointer.start(resume=True)  # continue from <out>/checkpoints/; without resume, refuse to mix two runs there
+    ...                        # after each round: checkpointer.after_round()
+    checkpointer.stop()              # in a finally: checkpoint the last completed round, export the model
 
 A checkpoint goes into ``<out>/checkpoints/`` (``checkpoint.py``) every ``every_rounds`` rounds and when the
 node stops (Ctrl-C, SIGTERM, ``--rounds`` reached, or an error); the Hugging Face export into ``<out>/export/``
@@ -31,7 +31,7 @@ class CheckpointsExistError(CheckpointError):
     """A new run was started in a folder that holds another run's checkpoints."""
 
 
-class Keeper:
+class Checkpointer:
     def __init__(self, node: Node, out: Path, echo: Callable[[str], None]):
         self.node, self.echo, self.config = node, echo, node.config.checkpoint
         self.folder, self.export_folder = out / CHECKPOINTS, out / EXPORT

@@ -1,0 +1,131 @@
+"""A round's figures, declared once: a new round-level metric is one field of ``RoundReport`` below, made
+with ``figure(...)`` (``node/figures.py``), and its value set where the round computes it (``node.py``).
+
+From its declaration alone a round figure ``x`` becomes the key ``x`` of every ``metrics.jsonl`` record, in
+field order (``runner/metrics.py``; docs/node.md lists them), the TensorBoard scalar ``tag`` when it has one,
+and a part of the terminal's summary line and a column of its table when ``shown`` (``runner/display.py``).
+The training step's figures are a section of it (``StepMetrics``, keys ``train_<name>``), and so are the
+swarm's (``SwarmFigures``: traffic, rejections, scores) and the backend's counters (``generator_<name>``).
+
+``Node.run_round`` fills in what the round measures; the run loop fills in the rest when it records the
+round (``metrics.report_record``): the evaluation's accuracy, the swarm's figures since its previous record,
+the seconds alone and its share of the loop's wall time.
+
+Rewards are binary (1: right format and answer), so a mean reward is an accuracy: ``own_reward`` is this
+node's sampling accuracy, ``peer_reward`` the accuracy this node grants its peers' completions when it
+scores them with its own task.
+"""
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ftis.node.figures import figure
+from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.transport import TransportStats
+from ftis.node.trainer.step_metrics import RECORD_PREFIX, StepMetrics
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class SwarmFigures:
+    """The swarm as one record sees it: traffic and rejections since the previous record, and totals."""
+
+    bytes_sent: int = figure(0, tag="swarm/bytes_sent")
+    bytes_received: int = figure(0, tag="swarm/bytes_received")
+    batches_sent: int = figure(0)
+    batches_received: int = figure(0, tag="swarm/batches_received")
+    bytes_sent_total: int = figure(0, tag="swarm/bytes_sent_total")
+    bytes_received_total: int = figure(0, tag="swarm/bytes_received_total")
+    rejections: dict[str, int] = figure(factory=dict, tag="rejections", total="rejections/all")  # by reason
+    rejections_total: dict[str, int] = figure(factory=dict)  # ...since the start
+    rejections_by_peer: dict[str, dict[str, int]] = figure(factory=dict)  # ...since the start, by peer
+    peer_scores: dict[str, float] = figure(factory=dict, tag="peers/score")  # reputation.py
+    muted_peers: list[str] = figure(factory=list, tag="peers/muted")  # tagged: how many
+    announce_failures_total: int = figure(0, tag="swarm/announce_failures_total")
+    poll_failures_total: int = figure(0, tag="swarm/poll_failures_total")
+    serves_turned_away_total: int = figure(0, tag="swarm/serves_turned_away_total")
+
+    @classmethod
+    def between(cls, now: TransportStats, before: TransportStats | None,
+                scores: Mapping[str, PeerScore]) -> "SwarmFigures":
+        """The figures of ``now``, counted since ``before`` (None: since the start) where per record."""
+        before = before or TransportStats()
+        return cls(
+            bytes_sent=now.published_bytes - before.published_bytes,
+            bytes_received=now.delivered_bytes - before.delivered_bytes,
+            batches_sent=now.published_batches - before.published_batches,
+            batches_received=now.delivered_batches - before.delivered_batches,
+            bytes_sent_total=now.published_bytes,
+            bytes_received_total=now.delivered_bytes,
+            rejections=_by_reason(now.rejections, before.rejections),
+            rejections_total=_by_reason(now.rejections, {}),
+            rejections_by_peer=_by_peer(now.rejections),
+            peer_scores={peer: judged.score for peer, judged in scores.items()},
+            muted_peers=sorted(peer for peer, judged in scores.items() if judged.muted_until is not None),
+            announce_failures_total=now.announce_failures,
+            poll_failures_total=now.poll_failures,
+            serves_turned_away_total=now.serves_turned_away,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundReport:
+    """One round's figures, in the order of the record's keys; the fields made without ``figure`` are not in it."""
+
+    round: int = figure(0, shown=True)
+    time: float = figure(factory=time.time)  # when the round was recorded
+    # mean reward of this node's own completions, and the mean reward it gave its peers' (nan when none arrived)
+    own_reward: float = figure(NAN, tag="reward/own", shown=True)
+    peer_reward: float = figure(NAN, tag="reward/peer", shown=True)
+    # held-out accuracy, when the round evaluated
+    eval_accuracy: float | None = figure(None, tag="eval/accuracy", shown=True)
+    own_groups: int = figure(0, tag="groups/own", shown=True)
+    peer_groups_received: int = figure(0, tag="groups/peer_received", shown=True)
+    peer_groups_used: int = figure(0, tag="groups/peer_used", shown=True)
+    peer_groups_by_peer: dict[str, int] = figure(factory=dict, tag="groups/peer", shown=True)
+    unusable_groups: int = figure(0, tag="groups/unusable")
+    generation_tokens: int = figure(0)
+    generation_seconds: float = figure()
+    # generation_tokens / generation_seconds, made here from those two (not passed)
+    generation_tokens_per_s: float = figure(init=False, tag="throughput/generation_tokens_per_s", shown=True)
+    waited_seconds: float = figure(tag="loop/waited_seconds")  # rounds mode: waiting for peers' batches (0 async)
+    late_peers: int = figure(0, tag="loop/late_peers")  # rounds mode: live peers whose batch missed the deadline
+    merged_groups: int = figure(0, tag="horizontal/merged_groups")  # advantage groups from several nodes' groups
+    merged_group_size: float = figure(NAN, tag="horizontal/merged_group_size")  # ...their mean completions
+    # ...peers' groups with a shared prompt's id but another task or prompt: kept apart
+    mismatched_groups: int = figure(0, tag="horizontal/mismatched_groups")
+    # the backend's own counters (vLLM: weight syncs...)
+    generator: dict[str, object] = figure(factory=dict, prefix="generator_", tag="generator")
+    step: StepMetrics = figure(factory=StepMetrics, prefix=RECORD_PREFIX)
+    swarm: SwarmFigures = figure(factory=SwarmFigures, prefix="")  # filled in when recorded (report_record)
+    alone_seconds: float = figure(tag="swarm/alone_seconds", shown=True)  # since the node last saw a peer (alone.py)
+    # the round's share of the run loop's wall time (utilisation.py), when the run loop measured it
+    loop_seconds: float | None = figure(None, tag="loop/seconds", optional=True)
+    utilisation: float | None = figure(None, tag="loop/utilisation", optional=True)
+    loop_parts: dict[str, float] = figure(factory=dict, prefix="loop_", tag="loop")  # "<part>_seconds"
+    transport: TransportStats = field(default_factory=TransportStats, repr=False)  # since the start
+    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of the round's parts (utilisation.py)
+    scores: dict[str, PeerScore] = field(default_factory=dict)  # peers as this node judges them (reputation.py)
+
+    def __post_init__(self) -> None:
+        speed = self.generation_tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
+        object.__setattr__(self, "generation_tokens_per_s", speed)
+
+
+def _by_reason(now: Mapping[tuple[str, str], int], before: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Rejections counted since ``before``, summed over peers; reasons with none are left out."""
+    counts: dict[str, int] = {}
+    for (peer, reason), count in now.items():
+        new = count - before.get((peer, reason), 0)
+        if new:
+            counts[reason] = counts.get(reason, 0) + new
+    return dict(sorted(counts.items()))
+
+
+def _by_peer(rejections: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    peers: dict[str, dict[str, int]] = {}
+    for (peer, reason), count in sorted(rejections.items()):
+        peers.setdefault(peer, {})[reason] = count
+    return peers
