@@ -70,7 +70,7 @@ def load_case(config: NodeConfig):
 def demo_prompts(config: NodeConfig, tokenizer, count: int, first: int = 0) -> list[np.ndarray]:
     """Prompt ids of the task's problems ``first``..``first + count - 1`` of its training split."""
     from ftis.node.runner.join import build_task
-    from ftis.node.runner.prompts import prompt_ids
+    from ftis.node.tasks.prompts import prompt_ids
 
     task = build_task(config.task)
     return [prompt_ids(tokenizer, task.prompt(task.problem(config.task.split, index)), chat=False)

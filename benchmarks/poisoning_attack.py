@@ -39,8 +39,8 @@ from ftis.node.experiment.lockstep import LockstepTransport
 from ftis.node.loss import LossInputs, compute_loss
 from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.node import Node
-from ftis.node.runner.prompts import prompt_ids
 from ftis.node.tasks import Task
+from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import pack

@@ -257,8 +257,8 @@ def join_command(
     from ftis.node.runner.checkpoint import CheckpointError
     from ftis.node.runner.evaluation import EvalError
     from ftis.node.runner.join import build_node, run_node
-    from ftis.node.runner.prompts import ChatTemplateError
     from ftis.node.tasks import TaskError
+    from ftis.node.tasks.prompts import ChatTemplateError
     from ftis.node.warmup.cache import WarmupCacheError
 
     try:

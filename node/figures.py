@@ -87,7 +87,7 @@ def scalars(cls: type, flat: Mapping[str, Any]) -> dict[str, object]:
         where = f.metadata.get(_FIGURE)
         if where is None:
             continue
-        if where.prefix is not None and is_dataclass(f.type):
+        if where.prefix is not None and isinstance(f.type, type) and is_dataclass(f.type):
             tagged |= scalars(f.type, {key[len(where.prefix):]: value for key, value in flat.items()
                                        if key.startswith(where.prefix)})
         elif where.prefix is not None and where.tag is not None:  # a dict of counters, spread in the record

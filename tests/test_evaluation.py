@@ -19,11 +19,11 @@ from ftis.node.runner.evaluation import (
     problem_indices,
 )
 from ftis.node.runner.periodic_eval import EvalSchedule
-from ftis.node.runner.prompts import prompt_ids
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem
 from ftis.node.tasks.base import check_index
+from ftis.node.tasks.prompts import prompt_ids
 
 MAX_NEW = 6
 

@@ -42,7 +42,6 @@ from hivemind.utils import get_dht_time
 
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 from ftis.node.runner.node import Node, NodeState
-from ftis.node.runner.prompts import prompt_ids
 from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.inbox import (
     BAD_ANNOUNCEMENT,
@@ -56,6 +55,7 @@ from ftis.node.swarm.inbox import (
     TOO_LARGE,
 )
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import pack

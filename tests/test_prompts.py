@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from ftis.node.models import load_policy
-from ftis.node.runner.prompts import ChatTemplateError, prompt_ids, renderings, uses_chat_template
+from ftis.node.tasks.prompts import ChatTemplateError, prompt_ids, renderings, uses_chat_template
 
 TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"

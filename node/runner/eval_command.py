@@ -76,7 +76,7 @@ class _Plan:
 def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callable[[str], None]) -> "EvalResult":
     """Load, evaluate, print; raises ``EvalCommandError``."""
     from ftis.node.runner.evaluation import EvalError, eval_problems, evaluate
-    from ftis.node.runner.prompts import ChatTemplateError, uses_chat_template
+    from ftis.node.tasks.prompts import ChatTemplateError, uses_chat_template
 
     plan = _plan(request)
     try:

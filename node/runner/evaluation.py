@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from ftis.node.generation.hf import greedy
 from ftis.node.models import Policy
-from ftis.node.runner.prompts import prompt_ids
 from ftis.node.tasks import Problem, Task
+from ftis.node.tasks.prompts import prompt_ids
 
 HELD_OUT_SPLIT = "test"  # every built-in task's held-out split, evaluated unless another is named
 SYNTHETIC_DEFAULT_LIMIT = 500  # problems of an unbounded (synthetic) split when no limit is given

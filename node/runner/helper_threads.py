@@ -3,14 +3,14 @@ The run loop (``join.run_node``) makes one ``HelperThreads`` and passes it to ev
 without one (tests, lockstep experiments) a round does all of it itself, in order.
 
 - publishing: the round's batch is encoded and handed to the transport on the publisher's thread while the
-  round goes on; the round waits for it after its step, so the round's report counts it as before;
+  round goes on; the round waits for it after its step, so the round's report includes it;
 - peers' texts: the peers' batches that arrived before the round generates are taken from the transport
   then, and their completions decoded on the decoder's thread while the generator runs; the round waits for
   them before it decodes its own completions (the tokenizer is used by one thread at a time). The round
-  trains on them first, then on the batches that arrive later: the transport's order, as before. The
-  rewards are computed in the round itself, as before: a task may rely on the main thread (math_verify's
-  timeout). Taking them before generating frees their peers' inbox quota a little earlier than the
-  collect would. (Taking arrivals again during the generation, every 20 ms, measured no better.)
+  trains on them first, then on the batches that arrive later: the transport's order. The rewards are
+  computed in the round itself: a task may rely on the main thread (math_verify's timeout). Taking them
+  before generating frees their peers' inbox quota a little earlier than the collect would. Taking arrivals
+  again during the generation (every 20 ms) gains nothing measurable.
 
 Both give the same results as doing the work in place: the same bytes published, the same texts.
 """

@@ -19,10 +19,10 @@ from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.mutes import MuteWatch
 from ftis.node.runner.node import Node
 from ftis.node.runner.periodic_eval import PeriodicEval
-from ftis.node.runner.prompts import uses_chat_template
 from ftis.node.runner.utilisation import LoopClock
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Task
+from ftis.node.tasks.prompts import uses_chat_template
 
 
 def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None,

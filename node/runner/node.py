@@ -22,7 +22,6 @@ from ftis.node.generation import Generator
 from ftis.node.models import Policy
 from ftis.node.runner.grouping import GROUPINGS
 from ftis.node.runner.helper_threads import HelperThreads, Texts, batch_key
-from ftis.node.runner.prompts import prompt_ids, uses_chat_template
 from ftis.node.runner.rng import RngState
 from ftis.node.runner.round_report import RoundReport
 from ftis.node.runner.rounds_barrier import RoundsBarrier
@@ -30,6 +29,7 @@ from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.inbox import NONFINITE, PROMPT_MISMATCH
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
+from ftis.node.tasks.prompts import prompt_ids, uses_chat_template
 from ftis.node.trainer.peer_selection import DatedGroup
 from ftis.node.trainer.step_metrics import StepMetrics
 from ftis.node.trainer.trainer import Trainer

@@ -18,10 +18,11 @@ How a figure gets its value:
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
-from ftis.node.figures import Figure, declared, figure
+from ftis.node.figures import Combine, Figure, declared, figure
 from ftis.node.loss import LossOutputs
 from ftis.node.trainer.groups import TrainingGroup
 

@@ -16,13 +16,17 @@ into the held-out split would train the node on its own evaluation set."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ftis.node.runner.prompts import renderings
 from ftis.node.tasks import Problem, Task, resolve_gold
+from ftis.node.tasks.prompts import renderings
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.protocol import Group, RolloutBatch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -33,16 +37,16 @@ class Scored:
     mismatched: int = 0  # ...of them: groups naming one of this node's problems in front of another prompt
 
 
-def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_peer_answers: bool,
+def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizerBase", *, trust_peer_answers: bool,
                 off_policy: bool, vocab_size: int | None = None,
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any)."""
     groups, rewards, unusable, mismatched = [], [], 0, 0
-    check_ids = _checks_ids(batch, vocab_size)
+    limit = _id_limit(batch, vocab_size)
     for g, group in enumerate(batch.groups):
-        if check_ids and not _within_vocabulary(group, vocab_size):
+        if limit is not None and not _within_vocabulary(group, limit):
             unusable += 1
             continue
         ref = group.task
@@ -68,7 +72,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: object, *, trust_pee
     return Scored(groups, unusable, rewards, mismatched)
 
 
-def _prompt_of(group: Group, problem: Problem, task: Task, tokenizer: object) -> bool:
+def _prompt_of(group: Group, problem: Problem, task: Task, tokenizer: "PreTrainedTokenizerBase") -> bool:
     """Whether the group's prompt ids are a rendering of ``problem`` this node makes itself."""
     return any(np.array_equal(group.prompt_ids, ids) for ids in renderings(tokenizer, task.prompt(problem)))
 
@@ -98,20 +102,23 @@ def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_
     )
 
 
-def decode_groups(batch: RolloutBatch, tokenizer: object, vocab_size: int | None = None) -> list[list[str] | None]:
+def decode_groups(batch: RolloutBatch, tokenizer: "PreTrainedTokenizerBase",
+                  vocab_size: int | None = None) -> list[list[str] | None]:
     """Each group's completion texts, as ``score_batch(..., vocab_size=vocab_size)`` would decode them; None
     for a group it finds outside the vocabulary (never decoded)."""
-    check_ids = _checks_ids(batch, vocab_size)
-    return [None if check_ids and not _within_vocabulary(group, vocab_size)
+    limit = _id_limit(batch, vocab_size)
+    return [None if limit is not None and not _within_vocabulary(group, limit)
             else decode_completions(tokenizer, group.columns.token_ids, group.columns.lengths)
             for group in batch.groups]
 
 
-def _checks_ids(batch: RolloutBatch, vocab_size: int | None) -> bool:
-    return vocab_size is not None and batch.tokenizer.vocab_size > vocab_size  # else decode checked them
+def _id_limit(batch: RolloutBatch, vocab_size: int | None) -> int | None:
+    """The bound ids must stay below here, or None where decoding already checked them against the batch's
+    claimed vocabulary (no larger than this node's) or no check was asked for."""
+    return vocab_size if vocab_size is not None and batch.tokenizer.vocab_size > vocab_size else None
 
 
-def decode_completions(tokenizer: object, token_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
+def decode_completions(tokenizer: "PreTrainedTokenizerBase", token_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
     """Each completion's text, special tokens (EOS, padding) left out."""
     ends = np.cumsum(lengths).tolist()
     starts = [0, *ends[:-1]]
