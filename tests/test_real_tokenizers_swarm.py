@@ -35,8 +35,9 @@ def test_two_qwen2_nodes_train_together_and_a_phi3_node_is_refused_as_tokenizer(
     }
     nodes = {}
     try:
+        for name, config in configs.items():  # one at a time: transformers' from_pretrained is not thread-safe
+            nodes[name] = build_node(config)
         with ThreadPoolExecutor(len(configs)) as pool:
-            nodes = dict(zip(configs, pool.map(build_node, configs.values()), strict=True))
             ids = {name: node.transport.peer_id for name, node in nodes.items()}
             runs = {name: pool.submit(lambda node=node, n=n: [node.run_round() for _ in range(n)])
                     for (name, node), n in zip(nodes.items(), (ROUNDS, ROUNDS, 1), strict=True)}
