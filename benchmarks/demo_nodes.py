@@ -7,13 +7,20 @@
 - ``load_case``: the case's policy, random weights from its seed (the demo warms the tiny models up first;
   timing does not depend on the weights, except that a random model rarely stops before ``max_new_tokens``).
 - ``demo_prompts``: the task's prompts as the node tokenizes them (no chat template: the tiny models have none).
+- ``STAND_IN``, asked for by name only: the Qwen2 stand-in (``node/models/stand_in.py``: Qwen2's real 151,936-token
+  vocabulary on tiny-small's width, 9.8M parameters) with the demo's settings, micro-batches of 1,024 padded tokens
+  (the trainer's logits are 0.6 MB per position); needs ``bash .ci/tokenizers``. Its peers (``stand_in_peers``) are
+  stand-ins of other seeds, as a peer's ids must be in its vocabulary.
 """
 
 import argparse
 import contextlib
+import functools
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +31,17 @@ EXTRA_CASES = {  # over the demo's [common], like its own [nodes.<name>] tables
     "medium-lora": {"model": {"name": "tiny-medium", "adapter": "lora", "lora_rank": 8, "lora_alpha": 16.0}},
     "large": {"model": {"name": "tiny-large", "adapter": "full"}},
 }
+STAND_IN = "qwen2-stand-in"
+STAND_IN_MICROBATCH = 1024  # padded tokens per forward pass: 1,024 × 151,936 float32 logits are 0.6 GB
+
+
+@functools.cache
+def stand_in_model(seed: int = 0) -> str:
+    """The Qwen2 stand-in with ``seed``'s weights, built once per process in a temporary folder."""
+    from ftis.node.models.stand_in import build_stand_in, real_tokenizer_folder
+
+    folder = Path(tempfile.mkdtemp(prefix="ftis-stand-in-")) / f"{STAND_IN}-{seed}"
+    return str(build_stand_in(real_tokenizer_folder("qwen2"), folder, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -33,7 +51,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        return f"{self.config.model.name} {self.config.model.adapter}"
+        model = "qwen2 stand-in" if self.name == STAND_IN else self.config.model.name
+        return f"{model} {self.config.model.adapter}"
 
     def with_generation(self, **settings: int) -> "Case":
         """The same case with some ``[generation]`` settings replaced (``prompts_per_round=4``...)."""
@@ -49,6 +68,9 @@ def demo_cases(*, larger: bool = False, names: list[str] | None = None) -> list[
     settings["medium-lora"] = merged(demo.common, EXTRA_CASES["medium-lora"])
     if larger or (names and "large" in names):
         settings["large"] = merged(demo.common, EXTRA_CASES["large"])
+    if names and STAND_IN in names:
+        settings[STAND_IN] = merged(demo.common, {"model": {"name": stand_in_model(), "adapter": "full"},
+                                                  "trainer": {"max_tokens_per_microbatch": STAND_IN_MICROBATCH}})
     for values in settings.values():
         values.get("model", {}).pop("warmup", None)  # random weights: no warm start to train or load
     if names:
@@ -65,6 +87,15 @@ def load_case(config: NodeConfig):
 
     m = config.model
     return load_policy(m.name, adapter=m.adapter, seed=m.seed, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha)
+
+
+def stand_in_peers(case: Case, seeds: tuple[int, ...]) -> list | None:
+    """The stand-in case's peers, one per seed (stand-ins of those seeds); None for the tiny models' cases."""
+    if case.name != STAND_IN:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    return [AutoModelForCausalLM.from_pretrained(stand_in_model(seed)).eval() for seed in seeds]
 
 
 def demo_prompts(config: NodeConfig, tokenizer, count: int, first: int = 0) -> list[np.ndarray]:

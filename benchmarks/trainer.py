@@ -1,10 +1,12 @@
 """One F-TIS optimizer step against a plain GRPO step, on the same model and the same batch.
 
 Run (from the repo root):  python -m benchmarks.trainer [--cases small,medium,...] [--pairs N] [--threads N]
-    [--max-new-tokens N] [--larger] [--quick]
+    [--max-new-tokens N] [--prompts N] [--larger] [--quick]
 --cases: some of the demo's nodes by name (default all four below; --larger adds tiny-large); --pairs:
 timed repetitions of each variant (default 30); --threads: torch threads (default 1, the demo's per node);
---max-new-tokens: completion length cap (default the demo's, 6); --quick: tiny-small only, 3 pairs, 4 groups.
+--max-new-tokens: completion length cap (default the demo's, 6); --prompts: own groups per step (default the demo's
+16; each peer sends as many, up to 16); --quick: tiny-small only, 3 pairs, 4 groups. ``--cases qwen2-stand-in``: the
+Qwen2 stand-in on the real 151,936-token vocabulary (``demo_nodes.py``; its peers are stand-ins too).
 
 Method:
 1. Models (``demo_nodes.py``): the demo's nodes as its packaged settings make them — tiny-small full,
@@ -268,12 +270,19 @@ def summary(r: CaseResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.demo_nodes import add_case_arguments, chosen_cases, load_average, torch_threads_kept
+    from benchmarks.demo_nodes import (
+        add_case_arguments,
+        chosen_cases,
+        load_average,
+        stand_in_peers,
+        torch_threads_kept,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30, help="timed repetitions of each variant (default 30)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="completion length cap (default: the demo's)")
+    parser.add_argument("--prompts", type=int, default=0, help="own groups per step (default: the demo's 16)")
     add_case_arguments(parser, quick="tiny-small only, 3 pairs, 4 groups each")
     args = parser.parse_args(argv)
     import torch
@@ -283,8 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     cases = chosen_cases(args)
     pairs = 3 if args.quick else args.pairs
     overrides: dict[str, int] = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
-    if args.quick:
-        overrides["prompts_per_round"] = 4
+    if args.quick or args.prompts:
+        overrides["prompts_per_round"] = args.prompts or 4
     cases = [case.with_generation(**overrides) for case in cases]
     groups_per_peer = min(cases[0].config.generation.prompts_per_round, cases[0].config.mix.max_peer_groups // 2)
     results = []
@@ -297,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
               f"from each of {len(peer_models)} peers, G = {generation.group_size}, ≤ {generation.max_new_tokens} new "
               f"tokens; {pairs} repetitions of each variant, interleaved")
         for case in cases:
-            results.append(measure_case(case, peer_models, pairs, groups_per_peer))
+            peers = stand_in_peers(case, tuple(seed for _, seed in PEER_MODELS)) or peer_models
+            results.append(measure_case(case, peers, pairs, groups_per_peer))
             print(summary(results[-1]), flush=True)
     print_results(results)
     print(f"load average {load_average()} at the end")

@@ -1,8 +1,10 @@
 """Bytes per token and encode/decode speed of protocol v1's token column on realistic rollouts.
 
-Run (from the repo root):  python -m benchmarks.wire [--data PATH] [--quick]
+Run (from the repo root):  python -m benchmarks.wire [--data PATH] [--tokenizer FOLDER] [--quick]
 --data defaults to ../shared/data/gsm8k_test.jsonl (GSM8K test split, JSON lines with ``question``
-and ``answer``); --quick measures fewer batches with fewer repetitions and runs in a few seconds.
+and ``answer``); --tokenizer is the real Qwen2 tokenizer's folder (default: where ``bash .ci/tokenizers``
+puts it; without it those rows are left out); --quick measures fewer batches with fewer repetitions and
+runs in a few seconds.
 
 Method:
 1. GSM8K problems split by index parity: the even half trains a byte-level BPE tokenizer (the
@@ -22,13 +24,19 @@ Method:
 4. Two id layouts, both declared inside Qwen2.5's 151,936-token vocabulary (so ids travel in 3
    bytes): the BPE tokenizer's own order (frequent merges get small ids, as in real vocabularies),
    and a worst case where a random permutation scatters the ids over the whole vocabulary.
-5. Sizes are per completion token and count everything the column carries, prompt ids included
+5. The real Qwen2 tokenizer (Qwen2.5's, 151,936 tokens, docs/tokenizers.md) on what a node sends: a
+   group's prompt is the task's GSM8K prompt in the chat template, as the node builds it
+   (``runner/prompts.py``); a completion is a worked solution in the paper's answer format (its
+   reasoning in ``<think>``, its number in ``<answer>``, ``tags.tagged_completion``), then ``<|im_end|>``;
+   the batch carries the tokenizer's own fingerprint and vocabulary size. The n-gram stream's bigram
+   learns the same format on the other half. Goal for these rows: ≤ 3 B/token.
+6. Sizes are per completion token and count everything the column carries, prompt ids included
    (once per group). Baselines carry the same content: the paper's plain uint32 ids + float32
    log-probs (8 B per completion token computed; measured as packed arrays, prompt ids included)
    and those arrays compressed by zstd at the same level. "msg" is the whole encoded message
    (msgpack envelope and metadata included). Errors compare decoded log-probs with the float32 ones
    that went in.
-6. Speeds are one core, in MB/s of payload (the encoded message's bytes; Mtok/s counts completion
+7. Speeds are one core, in MB/s of payload (the encoded message's bytes; Mtok/s counts completion
    tokens). ``decode`` is the fastest of many calls, as ``timeit`` advises (slower calls measure
    other load; this 2-core VM slows down by up to 2x for seconds at a time, so timing runs in rounds
    over all cases); "median" is shown beside it. "+objects" decodes and then builds every
@@ -51,6 +59,8 @@ import numpy as np
 import zstandard
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ftis.node.tasks.gsm8k import ANSWER_HINT
+from ftis.node.tasks.tags import tag_prompt, tagged_completion
 from ftis.protocol import (
     Completion,
     Group,
@@ -64,6 +74,9 @@ from ftis.protocol import (
 )
 from ftis.protocol.columns import COMPRESSION_LEVEL, quantize_logprobs
 
+# The trained BPE's batches: its ids declared inside Qwen2.5's vocabulary.
+SYNTHETIC_TOKENIZER = TokenizerInfo("sha256:" + "5f" * 32, 151_936)
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k_test.jsonl"
 QWEN_VOCAB_SIZE = 151_936
 BPE_VOCAB_SIZE = 16_384
@@ -73,6 +86,7 @@ NGRAM_K = 0.01  # add-k smoothing: of 0.001 to 0.3, the value that fits the roll
 LLM_MIXTURE = ((0.70, 0.01), (0.25, 0.7), (0.05, 3.0))  # (share of tokens, mean of -logprob)
 
 GOAL_BYTES_PER_TOKEN = 4.0
+GOAL_REAL_BYTES_PER_TOKEN = 3.0  # the real Qwen2 tokenizer's rows
 GOAL_MAX_ERROR = 1e-3
 GOAL_DECODE_MB_S = 100.0
 TIMING_ROUNDS = 3  # passes over all cases; each figure keeps its best pass
@@ -162,7 +176,7 @@ def plan_batches(problems: list[Problem], prompts: list[np.ndarray], num_batches
 
 
 def build_batch(seq: int, plan: list[GroupPlan], solutions: list[np.ndarray], id_map: np.ndarray,
-                logprobs: Callable[[int], np.ndarray]) -> RolloutBatch:
+                logprobs: Callable[[int], np.ndarray], tokenizer: TokenizerInfo = SYNTHETIC_TOKENIZER) -> RolloutBatch:
     groups = []
     for g, group in enumerate(plan):
         completions = tuple(
@@ -178,7 +192,7 @@ def build_batch(seq: int, plan: list[GroupPlan], solutions: list[np.ndarray], id
         seq=seq,
         created_at=1.7e9 + seq,
         policy=PolicyInfo("Qwen/Qwen2.5-1.5B-Instruct", "9" * 40, "lora", seq),  # revision: a commit hash
-        tokenizer=TokenizerInfo("sha256:" + "5f" * 32, QWEN_VOCAB_SIZE),
+        tokenizer=tokenizer,
         sampling=SamplingSettings(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1024),
         groups=tuple(groups),
     )
@@ -196,6 +210,7 @@ class CaseResult:
     plain_bytes: int = 0  # uint32 ids + float32 log-probs, packed
     plain_zstd_bytes: int = 0
     max_error: float = 0.0
+    goal_bytes: float = GOAL_BYTES_PER_TOKEN  # per token, of the v1 column
     timings: dict[int, list["Timing"]] = field(default_factory=dict)  # batch seq -> one Timing per round
 
     def _total(self, name: str, best: bool = True) -> float:
@@ -220,7 +235,7 @@ class CaseResult:
 
     def failures(self) -> list[str]:
         checks = {
-            "size": self.per_token(self.column_bytes) <= GOAL_BYTES_PER_TOKEN,
+            "size": self.per_token(self.column_bytes) <= self.goal_bytes,
             "error": self.max_error <= GOAL_MAX_ERROR,
             "speed": self.decode_mb_s >= GOAL_DECODE_MB_S,
         }
@@ -323,16 +338,66 @@ def print_table(results: list[CaseResult]) -> None:
         print(" | ".join(cells).rstrip())
         if n == 1:
             print("-+-".join("-" * w for w in widths))
-    print(f"goals: v1 column ≤ {GOAL_BYTES_PER_TOKEN} B/token, max |err| ≤ {GOAL_MAX_ERROR}, "
+    print(f"goals: v1 column ≤ {GOAL_BYTES_PER_TOKEN} B/token (real Qwen2 tokenizer: ≤ {GOAL_REAL_BYTES_PER_TOKEN}), "
+          f"max |err| ≤ {GOAL_MAX_ERROR}, "
           f"decode ≥ {GOAL_DECODE_MB_S:.0f} MB/s of payload on one core")
     print("decode: the fastest of many calls (timeit's advice; 'median' shows this machine's noise); "
           "+objects: decode and build every Completion object; zstd: inflating the token column alone, "
           "the floor any decoder of this format pays")
 
 
+def real_qwen2_tokenizer(folder: Path | None):
+    """The real Qwen2 tokenizer from ``folder`` or the cache ``.ci/tokenizers`` fills; None (said) when absent."""
+    from transformers import AutoTokenizer
+
+    from ftis.node.models.stand_in import real_tokenizer_folder
+
+    try:
+        folder = folder or real_tokenizer_folder("qwen2")
+    except FileNotFoundError as missing:
+        print(f"the real Qwen2 tokenizer's rows are left out: {missing}")
+        return None
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def answer_format(problem: Problem) -> str:
+    """The worked solution as a model answering in the paper's format writes it: reasoning, then the number."""
+    return tagged_completion(problem.solution.rsplit("####", 1)[0].strip(), problem.answer)
+
+
+@dataclass
+class RealRollouts:
+    """The rollout half as the real Qwen2 tokenizer gives it to a node (module docstring, item 5)."""
+
+    tokenizer: TokenizerInfo
+    solutions: list[np.ndarray]  # the completions' ids, <|im_end|> last
+    ngram: list[np.ndarray]
+    plans: list[list[GroupPlan]]
+
+
+def real_rollouts(tokenizer, train: list[Problem], rollout: list[Problem], num_batches: int) -> RealRollouts:
+    from ftis.node.models import tokenizer_fingerprint
+    from ftis.node.runner.prompts import prompt_ids
+
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def completions(problems: list[Problem]) -> list[np.ndarray]:
+        encoded = tokenizer([answer_format(p) for p in problems], add_special_tokens=False)["input_ids"]
+        return [np.array([*ids, end], np.int64) for ids in encoded]
+
+    vocab = len(tokenizer)
+    bigram = BigramModel(completions(train), vocab, NGRAM_K)
+    solutions = completions(rollout)
+    prompts = [prompt_ids(tokenizer, tag_prompt(p.question, ANSWER_HINT), chat=True) for p in rollout]
+    return RealRollouts(TokenizerInfo(tokenizer_fingerprint(tokenizer), vocab), solutions,
+                        [bigram.logprobs(s) for s in solutions], plan_batches(rollout, prompts, num_batches))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="GSM8K as JSON lines (question, answer)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="the real Qwen2 tokenizer's folder (default: the .ci/tokenizers cache)")
     parser.add_argument("--quick", action="store_true", help="fewer batches and repetitions: a few seconds")
     args = parser.parse_args()
     num_batches, timed, encode_repeats, decode_repeats = (3, 1, 5, 20) if args.quick else (20, 4, 30, 150)
@@ -375,6 +440,24 @@ def main() -> None:
             result = CaseResult(layout_name, stream_name)
             for seq, plan in enumerate(plans):
                 batch = build_batch(seq, plan, solutions, id_map, stream)
+                measure_sizes(result, batch)
+                if seq < timed:
+                    timed_batches.append((result, batch))
+            results.append(result)
+    qwen2 = real_qwen2_tokenizer(args.tokenizer)
+    if qwen2 is not None:
+        real = real_rollouts(qwen2, train, rollout, num_batches)
+        print(f"real Qwen2 tokenizer ({real.tokenizer.vocab_size:,} tokens): per completion "
+              f"{np.mean([len(s) for s in real.solutions]):.0f} tokens in the answer format, per prompt "
+              f"{np.mean([len(p.prompt_ids) for plan in real.plans for p in plan]):.0f} in the chat template (means)")
+        llm_rng = np.random.default_rng(1)
+        streams = {"LLM-like": lambda s, rng=llm_rng: llm_like_logprobs(rng, len(real.solutions[s])),
+                   "n-gram": lambda s: real.ngram[s]}
+        for stream_name, stream in streams.items():
+            result = CaseResult("Qwen2 tokenizer", stream_name, goal_bytes=GOAL_REAL_BYTES_PER_TOKEN)
+            for seq, plan in enumerate(real.plans):
+                batch = build_batch(seq, plan, real.solutions, np.arange(real.tokenizer.vocab_size), stream,
+                                    real.tokenizer)
                 measure_sizes(result, batch)
                 if seq < timed:
                     timed_batches.append((result, batch))

@@ -6,6 +6,9 @@ Files:
                     tokenizers map text to the same ids.
 - ``tiny.py``       ``TINY_MODELS``: ``tiny-small``, ``tiny-medium``, ``tiny-large`` (0.1M, 0.5M, 1.9M
                     parameters), random weights from a seed, sharing the built-in tokenizer.
+- ``stand_in.py``   ``build_stand_in``: a real tokenizer's whole vocabulary (Qwen2's 151,936 tokens) on a tiny
+                    random network, saved as a local model folder; ``real_tokenizer_folder``: where
+                    ``.ci/tokenizers`` put the real tokenizers.
 - ``loading.py``    ``load_policy``: a tiny name, a local folder or a hub id → ``Policy`` (model,
                     tokenizer, fingerprint), full fine-tuning or a peft LoRA adapter.
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
