@@ -1,6 +1,6 @@
 """Qwen2's real tokenizer through every stage of a node, offline: what a ``--model Qwen/Qwen2.5-1.5B-Instruct``
 node on GSM8K sends and receives, on the stand-in model (``node/models/stand_in.py``; taught to answer,
-``real_tokenizers.py``). Real components throughout: the chat template, the transformers backend stopping at
+``helpers/real_tokenizers.py``). Real components throughout: the chat template, the transformers backend stopping at
 ``<|im_end|>`` or ``<|endoftext|>``, the wire (3-byte ids, the real fingerprint), decoding and scoring at a peer,
 F-TIS steps of a full and a LoRA node, checkpoint, resume, export and ``ftis-node eval``.
 
@@ -12,7 +12,7 @@ import json
 import msgpack
 import numpy as np
 import pytest
-from real_tokenizers import (
+from helpers.real_tokenizers import (
     END_OF_TEXT,
     IM_END,
     MAX_NEW_TOKENS,

@@ -9,8 +9,8 @@ Run: bash .ci/tokenizers && python -m pytest tests/test_real_tokenizers_swarm.py
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hivemind_swarm import DEADLINE_S, rejections_of, start_bootstrap
-from real_tokenizers import RUN, answering_stand_in, node_config, real_tokenizer, write_gsm8k
+from helpers.hivemind_swarm import DEADLINE_S, rejections_of, start_bootstrap
+from helpers.real_tokenizers import RUN, answering_stand_in, node_config, real_tokenizer, write_gsm8k
 
 from ftis.node.models.stand_in import build_stand_in
 from ftis.node.runner.join import build_node

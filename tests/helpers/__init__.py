@@ -15,4 +15,5 @@
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
+- ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
 """

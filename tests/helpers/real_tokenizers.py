@@ -2,7 +2,7 @@
 
 ``real_tokenizer(name)`` is the folder ``.ci/tokenizers`` wrote (``ftis.node.models.stand_in``); without it the
 test is skipped with the command to run, or fails under ``FTIS_REQUIRE_REAL_TOKENIZERS=1`` (``.ci/run`` sets it,
-so CI cannot pass by skipping). A plain module, imported as ``from real_tokenizers import ...``.
+so CI cannot pass by skipping).
 
 ``answering_stand_in``: the Qwen2 stand-in (random weights, ``build_stand_in``) taught beforehand, in this process
 in a few seconds, to answer any prompt with ``<think> so </think>\\n<answer> D </answer>`` and stop, D one of
