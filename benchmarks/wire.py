@@ -26,7 +26,7 @@ Method:
    and a worst case where a random permutation scatters the ids over the whole vocabulary.
 5. The real Qwen2 tokenizer (Qwen2.5's, 151,936 tokens, docs/tokenizers.md) on what a node sends: a
    group's prompt is the task's GSM8K prompt in the chat template, as the node builds it
-   (``runner/prompts.py``); a completion is a worked solution in the paper's answer format (its
+   (``tasks/prompts.py``); a completion is a worked solution in the paper's answer format (its
    reasoning in ``<think>``, its number in ``<answer>``, ``tags.tagged_completion``), then ``<|im_end|>``;
    the batch carries the tokenizer's own fingerprint and vocabulary size. The n-gram stream's bigram
    learns the same format on the other half. Goal for these rows: ≤ 3 B/token.
@@ -377,7 +377,7 @@ class RealRollouts:
 
 def real_rollouts(tokenizer, train: list[Problem], rollout: list[Problem], num_batches: int) -> RealRollouts:
     from ftis.node.models import tokenizer_fingerprint
-    from ftis.node.runner.prompts import prompt_ids
+    from ftis.node.tasks.prompts import prompt_ids
 
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 

@@ -21,8 +21,8 @@ import torch
 from ftis.node.config import NodeConfig
 from ftis.node.models import load_policy
 from ftis.node.models.stand_in import build_stand_in, real_tokenizer_folder
-from ftis.node.runner.prompts import prompt_ids
 from ftis.node.tasks import make_task
+from ftis.node.tasks.prompts import prompt_ids
 
 REQUIRE = "FTIS_REQUIRE_REAL_TOKENIZERS"
 RUN = "qwen2-real"
