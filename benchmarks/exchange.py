@@ -22,7 +22,7 @@ random log-probs on the wire's grid, so zstd barely shrinks them (about 4.2 B pe
     never fetch on their own). For payloads of ≈1 KB, 100 KB, 1 MB and 10 MB (the encoded size), the
     publisher ``publish()``es a batch and the fetcher runs the transport's own fetch coroutine on the
     transport's loop (``asyncio.run_coroutine_threadsafe``): ``_download`` (open a stream, send the
-    sequence number, read the length prefix and the body) then ``open_payload`` (size, SHA-256, strict
+    batch's round, read the length prefix and the body) then ``open_payload`` (size, SHA-256, strict
     decode), the internals that ``_fetch`` runs for every announced batch; timed from the request to
     the decoded batch. The baseline is the raw hivemind stream between the same two peers in the same
     run: a handler added with ``add_binary_stream_handler`` on the publisher's P2P replica sends as
@@ -93,21 +93,21 @@ def measure_latency(config, rounds: int, get_dht_time) -> LatencyResult:
     transports = [publisher, receiver]
     try:
         latencies, lost = [], 0
-        for seq in range(rounds + 1):  # round 0 warms connections and routing tables up
+        for round_ in range(rounds + 1):  # round 0 warms connections and routing tables up
             time.sleep(random.uniform(0, config.poll_interval_s))
             created = get_dht_time()
-            batch = synthetic_batch(config.run_id, publisher.peer_id, seq, created, **SMALL)
+            batch = synthetic_batch(config.run_id, publisher.peer_id, round_, created, **SMALL)
             publisher.publish(batch)
             deadline = time.monotonic() + 10 * config.poll_interval_s + 10
             got = None
             while got is None and time.monotonic() < deadline:
                 for received in receiver.receive():
-                    if received.batch.seq == seq:
+                    if received.batch.round == round_:
                         got = received
                 time.sleep(0.001)
             if got is None:
                 lost += 1
-            elif seq > 0:
+            elif round_ > 0:
                 latencies.append(got.received_at - got.batch.created_at)
         # The parts, each alone.
         descriptor = publisher._outbox.announcement().batches[-1]
@@ -186,8 +186,8 @@ def measure_throughput(config, repeats: dict[int, int]) -> list[ThroughputResult
     results = []
     try:
         run_on(publisher, publisher._p2p.add_binary_stream_handler(RAW_HANDLER, raw_serve))
-        for seq, (target, reps) in enumerate(repeats.items()):
-            batch = batch_of_size(config.run_id, publisher.peer_id, seq, time.time(), target)
+        for round_, (target, reps) in enumerate(repeats.items()):
+            batch = batch_of_size(config.run_id, publisher.peer_id, round_, time.time(), target)
             descriptor = publisher.publish(batch)
             raw_payloads[descriptor.bytes] = os.urandom(descriptor.bytes)
             fetched = run_on(fetcher, fetcher._download(publisher.peer_id, descriptor))  # warm-up and check

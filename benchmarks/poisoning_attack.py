@@ -68,7 +68,7 @@ class AttackSettings:
     max_new_tokens: int = 6
 
 
-def poisoned_batch(task: Task, tokenizer, settings: AttackSettings, *, run_id: str, peer_id: str, seq: int,
+def poisoned_batch(task: Task, tokenizer, settings: AttackSettings, *, run_id: str, peer_id: str, round_: int,
                    rng: np.random.Generator, fingerprint: str, dataset: str = FOREIGN_DATASET) -> RolloutBatch:
     """One round's batch of the attack described in the module docstring, on training problems drawn with
     ``rng``; ``dataset`` names the groups' data set (default: one the honest nodes do not have)."""
@@ -85,7 +85,7 @@ def poisoned_batch(task: Task, tokenizer, settings: AttackSettings, *, run_id: s
             completions.append(Completion(ids, np.full(len(ids), CLAIMED_LOGPROB, np.float32),
                                           reward=float(answer == FIXED_ANSWER), finish_reason="stop"))
         groups.append(Group(
-            group_id=f"{peer_id}/{seq}/{k}",
+            group_id=f"{peer_id}/{round_}/{k}",
             task=TaskRef(dataset, problem.split, problem.index, FIXED_ANSWER),
             prompt_ids=prompt_ids(tokenizer, task.prompt(problem), chat=False),  # the tiny tokenizer has no template
             completions=tuple(completions),
@@ -93,9 +93,9 @@ def poisoned_batch(task: Task, tokenizer, settings: AttackSettings, *, run_id: s
     return RolloutBatch(
         run_id=run_id,
         peer_id=peer_id,
-        seq=seq,
+        round=round_,
         created_at=time.time(),
-        policy=PolicyInfo(ATTACKER_MODEL, "", "full", seq),
+        policy=PolicyInfo(ATTACKER_MODEL, "", "full", round_),
         tokenizer=TokenizerInfo(fingerprint, len(tokenizer)),
         sampling=SamplingSettings(settings.temperature, 1.0, 0, settings.max_new_tokens),
         groups=tuple(groups),
@@ -123,7 +123,7 @@ class Attacker:
 
     def run_round(self) -> RolloutBatch:
         batch = poisoned_batch(self.task, self.tokenizer, self.settings, run_id=self.run_id,
-                               peer_id=self.transport.peer_id, seq=self.round, rng=self._rng,
+                               peer_id=self.transport.peer_id, round_=self.round, rng=self._rng,
                                fingerprint=self.fingerprint)
         self.transport.publish(batch)
         self.round += 1

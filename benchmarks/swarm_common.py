@@ -38,10 +38,10 @@ MAX_COMPLETION = 4096  # tokens per completion in the large batches
 MIB = 1024 * 1024
 
 
-def synthetic_batch(run_id: str, peer_id: str, seq: int, created_at: float, *, groups: int, group_size: int,
+def synthetic_batch(run_id: str, peer_id: str, round_: int, created_at: float, *, groups: int, group_size: int,
                     tokens_per_completion: int, seed: int | None = None) -> RolloutBatch:
     """A batch of ``groups`` × ``group_size`` completions of ``tokens_per_completion`` random tokens each."""
-    rng = np.random.default_rng(zlib.crc32(f"{peer_id}/{seq}".encode()) if seed is None else seed)
+    rng = np.random.default_rng(zlib.crc32(f"{peer_id}/{round_}".encode()) if seed is None else seed)
     n = tokens_per_completion
     built = []
     for g in range(groups):
@@ -54,12 +54,12 @@ def synthetic_batch(run_id: str, peer_id: str, seq: int, created_at: float, *, g
             )
             for c in range(group_size)
         )
-        built.append(Group(f"{peer_id}/{seq}/{g}", TaskRef("synthetic", "train", seq * groups + g, "0"),
+        built.append(Group(f"{peer_id}/{round_}/{g}", TaskRef("synthetic", "train", round_ * groups + g, "0"),
                            rng.integers(0, VOCAB_SIZE, 32), completions))
     return RolloutBatch(
         run_id=run_id,
         peer_id=peer_id,
-        seq=seq,
+        round=round_,
         created_at=created_at,
         policy=PolicyInfo("bench-model", "", "full", 0),
         tokenizer=TokenizerInfo(TOKENIZER, VOCAB_SIZE),
@@ -68,14 +68,14 @@ def synthetic_batch(run_id: str, peer_id: str, seq: int, created_at: float, *, g
     )
 
 
-def batch_of_size(run_id: str, peer_id: str, seq: int, created_at: float, target_bytes: int) -> RolloutBatch:
+def batch_of_size(run_id: str, peer_id: str, round_: int, created_at: float, target_bytes: int) -> RolloutBatch:
     """A synthetic batch whose encoded size is near ``target_bytes`` (within a few %, above ~1 KB)."""
     group_size = 8
 
     def build(tokens: int) -> RolloutBatch:
         per_completion = max(1, min(MAX_COMPLETION, tokens // group_size))
         groups = max(1, round(tokens / (group_size * per_completion)))
-        return synthetic_batch(run_id, peer_id, seq, created_at, groups=groups, group_size=group_size,
+        return synthetic_batch(run_id, peer_id, round_, created_at, groups=groups, group_size=group_size,
                                tokens_per_completion=per_completion)
 
     tokens = max(group_size, target_bytes // 4)

@@ -155,12 +155,12 @@ def _serve(conn, config, count: int, transports: list, calls: list) -> None:
         instrument(transport, calls[-1])
         conn.send(("dht", transport._dht.pid))
     conn.send(("started", [t.peer_id for t in transports], imported, start_times))
-    seqs = [0] * count
+    rounds = [0] * count
 
     def publish(i: int, created_at: float) -> None:
         transport = transports[i]
-        transport.publish(synthetic_batch(config.run_id, transport.peer_id, seqs[i], created_at, **BATCH))
-        seqs[i] += 1
+        transport.publish(synthetic_batch(config.run_id, transport.peer_id, rounds[i], created_at, **BATCH))
+        rounds[i] += 1
 
     while True:
         command, *args = conn.recv()

@@ -189,7 +189,7 @@ def build_batch(seq: int, plan: list[GroupPlan], solutions: list[np.ndarray], id
     return RolloutBatch(
         run_id="gsm8k-wire-bench",
         peer_id="12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo",  # a libp2p peer id's length
-        seq=seq,
+        round=seq,
         created_at=1.7e9 + seq,
         policy=PolicyInfo("Qwen/Qwen2.5-1.5B-Instruct", "9" * 40, "lora", seq),  # revision: a commit hash
         tokenizer=tokenizer,
@@ -467,7 +467,7 @@ def main() -> None:
     for _ in range(rounds):
         timings = [Timing.of(batch, encode_repeats, decode_repeats) for _, batch in timed_batches]
         for (result, batch), timing in zip(timed_batches, timings, strict=True):
-            result.timings.setdefault(batch.seq, []).append(timing)
+            result.timings.setdefault(batch.round, []).append(timing)
     print_table(results)
 
 

@@ -4,7 +4,7 @@ Wire form: ``{"v": 1, "kind": "announcement", "body": {...}}`` with
 
     run_id, peer_id, model: str;  adapter: "full"|"lora";  tokenizer: str (fingerprint)
     policy_version, published_batches, published_tokens: int;  updated_at: float (unix seconds)
-    batches: [{seq: int, groups: int, tokens: int, bytes: int, sha256: bin(32),
+    batches: [{seq: int (the batch's round), groups: int, tokens: int, bytes: int, sha256: bin(32),
                policy_version: int, created_at: float}]      at most MAX_ANNOUNCED_BATCHES
 
 A receiver fetches a listed batch from the peer, checks its size and SHA-256 against the
@@ -27,7 +27,7 @@ from ftis.protocol.limits import (
     MAX_GROUPS,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
-    MAX_SEQ,
+    MAX_ROUND,
     PROTOCOL_VERSION,
     SHA256_BYTES,
 )
@@ -40,7 +40,7 @@ _MAX_TIME = 1e11
 
 @dataclass(frozen=True)
 class BatchDescriptor:
-    seq: int
+    round: int  # the batch's round (the wire key "seq")
     groups: int
     tokens: int  # completion tokens
     bytes: int  # encoded size: a fetch refuses a payload that claims more
@@ -76,7 +76,7 @@ def encode_announcement(announcement: Announcement) -> bytes:
         "updated_at": announcement.updated_at,
         "batches": [
             {
-                "seq": d.seq,
+                "seq": d.round,
                 "groups": d.groups,
                 "tokens": d.tokens,
                 "bytes": d.bytes,
@@ -116,9 +116,9 @@ def decode_announcement(data: bytes) -> Announcement:
         ),
     )
     body.done()
-    seqs = [d.seq for d in result.batches]
-    if len(set(seqs)) != len(seqs):
-        raise DecodeError("body.batches", "sequence numbers must be unique")
+    rounds = [d.round for d in result.batches]
+    if len(set(rounds)) != len(rounds):
+        raise DecodeError("body.batches", "rounds must be unique")
     return result
 
 
@@ -127,7 +127,7 @@ def _descriptor(reader: FieldReader) -> BatchDescriptor:
     if len(sha256) != SHA256_BYTES:
         raise DecodeError(reader.path("sha256"), f"must be {SHA256_BYTES} bytes")
     result = BatchDescriptor(
-        seq=reader.integer("seq", 0, MAX_SEQ),
+        round=reader.integer("seq", 0, MAX_ROUND),
         groups=reader.integer("groups", 1, MAX_GROUPS),
         tokens=reader.integer("tokens", 1, MAX_BATCH_TOKENS),
         bytes=reader.integer("bytes", 1, MAX_PAYLOAD_BYTES),

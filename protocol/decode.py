@@ -3,7 +3,7 @@
 Wire form: a msgpack map ``{"v": 1, "kind": "batch", "body": {...}}``. The body is columnar, so
 decoding does a small, fixed amount of Python work per completion and none per token:
 
-    run_id, peer_id: str;  seq: int;  created_at: float (unix seconds)
+    run_id, peer_id: str;  seq: int (the round);  created_at: float (unix seconds)
     policy:      {model: str, revision: str, adapter: "full"|"lora", policy_version: int}
     tokenizer:   {fingerprint: str, vocab_size: int}
     sampling:    {temperature: float, top_p: float, top_k: int, max_new_tokens: int}
@@ -39,7 +39,7 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_TEMPERATURE,
@@ -157,7 +157,7 @@ class _Layout:
 def _batch(body: FieldReader) -> RolloutBatch:
     run_id = body.text("run_id", MAX_NAME_CHARS)
     peer_id = body.text("peer_id", MAX_NAME_CHARS)
-    seq = body.integer("seq", 0, MAX_SEQ)
+    round_ = body.integer("seq", 0, MAX_ROUND)
     created_at = body.number("created_at", 0.0, _MAX_TIME)
     policy = _policy(body.map("policy"))
     tokenizer = _tokenizer(body.map("tokenizer"))
@@ -174,7 +174,7 @@ def _batch(body: FieldReader) -> RolloutBatch:
     ids, q = unpack_columns(tokens.path("data"), data, layout.num_ids, layout.num_logprobs, ids_width, q_width)
     _check_vocab(ids, layout, tokenizer.vocab_size)
     groups = _build_groups(layout, ids, dequantize_logprobs(q))
-    return RolloutBatch(run_id, peer_id, seq, created_at, policy, tokenizer, sampling, groups)
+    return RolloutBatch(run_id, peer_id, round_, created_at, policy, tokenizer, sampling, groups)
 
 
 def _policy(reader: FieldReader) -> PolicyInfo:

@@ -33,7 +33,7 @@ def encode(batch: RolloutBatch) -> bytes:
     body = {
         "run_id": batch.run_id,
         "peer_id": batch.peer_id,
-        "seq": batch.seq,
+        "seq": batch.round,
         "created_at": batch.created_at,
         "policy": {
             "model": batch.policy.model,

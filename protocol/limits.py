@@ -13,9 +13,9 @@ MAX_BATCH_TOKENS = 8 * 1024 * 1024  # prompt + completion tokens in one batch
 MAX_VOCAB_SIZE = 1 << 24  # token ids travel in at most 3 bytes
 MAX_NAME_CHARS = 256  # run, peer, group ids, model names, dataset names, fingerprints
 MAX_ANSWER_CHARS = 4096  # a task's gold answer
-# A batch's sequence number is its publisher's round: a round a second for 30,000 years stays below 2**40,
-# and a node adding one to the largest accepted value still encodes (a hostile seq near 2**63 did not).
-MAX_SEQ = (1 << 40) - 1
+# A batch's round (its publisher's round, the wire key "seq"): a round a second for 30,000 years stays below
+# 2**40, and a node adding one to the largest accepted round still encodes (one near 2**63 would not).
+MAX_ROUND = (1 << 40) - 1
 # The sampling temperature a batch may claim. The receiver computes its own log-probs at the sampler's
 # temperature (logits / T), so T scales its logits: bounded, a claim cannot multiply them by a million.
 # GRPO samples at T near 1; below 0.1 a group is nearly greedy and teaches next to nothing.

@@ -235,7 +235,7 @@ class Group:
 class RolloutBatch:
     run_id: str
     peer_id: str
-    seq: int  # the publisher's sequence number, increasing
+    round: int  # the publisher's round this batch belongs to (one batch a round; the wire key is "seq")
     created_at: float  # unix time, seconds
     policy: PolicyInfo
     tokenizer: TokenizerInfo

@@ -21,7 +21,7 @@ def summarize(batch: RolloutBatch, payload_bytes: int) -> list[tuple[str, str]]:
     return [
         ("run", batch.run_id),
         ("peer", batch.peer_id),
-        ("sequence", str(batch.seq)),
+        ("sequence", str(batch.round)),
         ("created", created),
         ("policy", f"{policy.model}{'@' + policy.revision if policy.revision else ''} ({policy.adapter}), "
                    f"version {policy.policy_version}"),

@@ -23,10 +23,10 @@ from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_ANNOUNCEMENT_BYTES, 
 NOW = 1_700_000_000.25
 
 
-def descriptor(seq: int, **changes: Any) -> BatchDescriptor:
+def descriptor(round_: int, **changes: Any) -> BatchDescriptor:
     """A realistic descriptor: 64 groups of 8 completions of ~400 tokens, ~1.5 bytes a token."""
-    fields = dict(seq=seq, groups=64, tokens=200_000, bytes=310_000, sha256=hashlib.sha256(b"%d" % seq).digest(),
-                  policy_version=1_234, created_at=NOW - 10.5 * seq)
+    fields = dict(round=round_, groups=64, tokens=200_000, bytes=310_000,
+                  sha256=hashlib.sha256(b"%d" % round_).digest(), policy_version=1_234, created_at=NOW - 10.5 * round_)
     return BatchDescriptor(**{**fields, **changes})
 
 

@@ -234,7 +234,7 @@ def test_a_resumed_node_continues_exactly_like_an_uninterrupted_one(tmp_path, ad
     resumed.run_round()
 
     assert same_batches(resumed_batches[0], batches[2])  # round 3: the same prompts and samples
-    assert resumed_batches[0].seq == batches[2].seq == 2
+    assert resumed_batches[0].round == batches[2].round == 2
     assert resumed.trainer.policy_version == straight.trainer.policy_version
     for a, b in zip(resumed.trainer.parameters, straight.trainer.parameters, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)

@@ -64,10 +64,10 @@ def lists(peer: Peer, peer_id: str) -> bool:
     return peer_id in {m.peer_id for m in peer.transport.members()}
 
 
-def announced_seqs(swarm: Swarm, peer_id: str) -> set[int]:
-    """The sequence numbers ``peer_id``'s announcement lists in the DHT now (empty: none there)."""
+def announced_rounds(swarm: Swarm, peer_id: str) -> set[int]:
+    """The rounds ``peer_id``'s announcement lists in the DHT now (empty: none there)."""
     values = read_shards(swarm.bootstrap, swarm.config.run_id, swarm.config.shards).result()
-    return {d.seq for a in Directory().read(values).announcements if a.peer_id == peer_id for d in a.batches}
+    return {d.round for a in Directory().read(values).announcements if a.peer_id == peer_id for d in a.batches}
 
 
 def family(pid: int) -> list[psutil.Process]:
@@ -162,8 +162,8 @@ class Trainer:
         return self.line(lambda line: "--peer" in line and "/p2p/" in line).split()[-1]
 
     def announced_round(self, member: Peer) -> int | None:
-        """The round of the newest batch this process has announced, as ``member`` last read it (a round's
-        batch is its sequence number; a process counts the batches it published)."""
+        """The round of the newest batch this process has announced, as ``member`` last read it (one batch a
+        round, and a process counts the batches it published)."""
         for found in member.transport.members():
             if found.peer_id == self.peer_id():
                 return self.first_round + found.published_batches - 1
@@ -341,7 +341,7 @@ def test_a_peer_killed_mid_transfer_costs_its_fetchers_at_most_a_deadline_per_at
         said.append(doomed.lines.get())
     assert not any(line.startswith("served ") for line in said), said  # it died mid-transfer
 
-    sent = {peer.peer_id: peer.publish().seq for peer in fetchers}
+    sent = {peer.peer_id: peer.publish().round for peer in fetchers}
     failed_at: dict[str, float] = {}
 
     def settled() -> bool:
@@ -368,7 +368,7 @@ def test_a_peer_cut_off_with_its_announcement_still_up_is_skipped_until_the_anno
     for _ in range(3):
         islander.publish()
     deadline = time.monotonic() + DEADLINE_S
-    while announced_seqs(world.swarm, peer_id) != {0, 1, 2}:
+    while announced_rounds(world.swarm, peer_id) != {0, 1, 2}:
         assert time.monotonic() < deadline, "the islander's announcement never listed its three batches"
         time.sleep(0.05)
     for process in family(islander.process.pid):  # SIGSTOP it, its DHT process and its p2pd: nothing answers
@@ -376,7 +376,7 @@ def test_a_peer_cut_off_with_its_announcement_still_up_is_skipped_until_the_anno
     rounds = trainer.rounds()
 
     (fetcher,) = world.swarm.join(1)  # joins during the partition: it has none of the islander's batches
-    marker = bob.publish().seq
+    marker = bob.publish().round
     seen_at, failed_at = [], []
 
     def skipped() -> bool:
@@ -395,7 +395,7 @@ def test_a_peer_cut_off_with_its_announcement_still_up_is_skipped_until_the_anno
 
     world.swarm.wait_until(lambda: not lists(fetcher, peer_id), "the islander's announcement expires",
                            timeout=ISLANDER_TTL_S + DEADLINE_S)
-    before, marker = fetcher.rejections(peer_id), bob.publish().seq
+    before, marker = fetcher.rejections(peer_id), bob.publish().round
     world.swarm.wait_until(lambda: marker in fetcher.got(bob.peer_id), "the fetcher polls on")
     assert fetcher.rejections(peer_id) == before  # nothing of the islander's is asked for any more
     wait_for_round(trainer, rounds[-1] + 1)  # the training node trained on throughout
@@ -411,13 +411,13 @@ def test_after_the_bootstrap_dies_the_others_keep_exchanging_and_a_new_node_join
     kill_tree(world.swarm.bootstrap.pid)
     world.swarm.bootstrap.join(10)  # reaps it; shutdown() is then a no-op
     rounds = trainer.rounds()
-    sent = {peer.peer_id: peer.publish().seq for peer in (alice, bob)}
+    sent = {peer.peer_id: peer.publish().round for peer in (alice, bob)}
     world.swarm.wait_until(lambda: sent[bob.peer_id] in alice.got(bob.peer_id)
                and sent[alice.peer_id] in bob.got(alice.peer_id), "alice and bob exchange after the bootstrap died")
 
     # A new node knows only the address the training node printed, not the bootstrap's.
     (newcomer,) = world.swarm.join(1, initial_peers=[trainer.maddr()])
-    own = newcomer.publish().seq
+    own = newcomer.publish().round
     world.swarm.wait_until(lambda: all(sent[p.peer_id] in newcomer.got(p.peer_id) for p in (alice, bob))
                and all(own in p.got(newcomer.peer_id) for p in (alice, bob)) and lists(newcomer, trainer.peer_id()),
                "the newcomer exchanges with alice and bob and sees the training node")

@@ -520,7 +520,7 @@ def test_the_fake_generators_output_encodes_as_a_rollout_batch():
         for i, (prompt, completions) in enumerate(zip(PROMPTS, generated, strict=True))
     )
     batch = RolloutBatch(
-        run_id="run", peer_id="peer", seq=0, created_at=1_700_000_000.0,
+        run_id="run", peer_id="peer", round=0, created_at=1_700_000_000.0,
         policy=PolicyInfo("fake", "", "full", fake.policy_version), tokenizer=TokenizerInfo("fp", VOCAB),
         sampling=sampling, groups=groups,
     )  # fmt: skip

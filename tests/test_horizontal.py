@@ -194,15 +194,15 @@ def test_two_nodes_with_one_swarm_seed_draw_the_same_problems_each_round():
 
 def test_batches_of_later_rounds_wait_for_them():
     class Item:  # a ReceivedBatch, as far as LaterRounds looks
-        def __init__(self, seq: int):
-            self.batch = type("Batch", (), {"seq": seq})()
+        def __init__(self, round_: int):
+            self.batch = type("Batch", (), {"round": round_})()
 
     later = LaterRounds()
     early, now, ahead, far = Item(1), Item(2), Item(3), Item(5)
     assert later.take([early, now, ahead, far], 2) == [early, now]
     assert len(later) == 2
     assert later.take([], 3) == [ahead]
-    assert later.take([Item(4)], 4)[0].batch.seq == 4 and len(later) == 1
+    assert later.take([Item(4)], 4)[0].batch.round == 4 and len(later) == 1
     assert later.take([], 5) == [far] and len(later) == 0
 
 

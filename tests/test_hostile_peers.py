@@ -220,12 +220,12 @@ def digit_group(group_id: str, index: int, texts=TEXTS, *, logprobs: Callable[[G
     return build([np.full(len(t), float(logprobs)) for t in ids])
 
 
-def digit_batch(peer_id: str, seq: int, created_at: float, *, run_id: str = RUN, groups: tuple[Group, ...] = (),
+def digit_batch(peer_id: str, round_: int, created_at: float, *, run_id: str = RUN, groups: tuple[Group, ...] = (),
                 vocab_size: int = VOCAB, tokenizer: str = FINGERPRINT) -> RolloutBatch:
     """A batch of ``groups`` (one honest-looking group when none are given)."""
     if not groups:
-        groups = (digit_group(f"{peer_id}/{seq}", seq % 10, logprobs=-1.0, claimed=HONEST_REWARDS),)
-    return RolloutBatch(run_id, peer_id, seq, created_at, PolicyInfo("tiny-other", "", "full", 0),
+        groups = (digit_group(f"{peer_id}/{round_}", round_ % 10, logprobs=-1.0, claimed=HONEST_REWARDS),)
+    return RolloutBatch(run_id, peer_id, round_, created_at, PolicyInfo("tiny-other", "", "full", 0),
                         TokenizerInfo(tokenizer, vocab_size), SamplingSettings(1.0, 1.0, 0, 8), groups)
 
 
@@ -283,7 +283,7 @@ def test_forged_rewards_have_no_effect_rewards_are_recomputed(world):
     # a group the honest model could have sampled (its own log-probs: it passes the filter), every
     # completion claimed correct
     group = digit_group("forged", 3, logprobs=lambda g: model_logprobs(honest.node, g), claimed=[1.0] * len(TEXTS))
-    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(),
                                                              groups=(group,))))
     assert [c.reward for c in received.groups[0].completions] == [1.0] * len(TEXTS)  # the claims arrived
     [trained] = [g for g in honest.trained[-1] if g.peer_id == mallory.peer_id]
@@ -307,7 +307,7 @@ def test_garbage_logprobs_are_divergence_filtered_and_bounded_by_truncation(worl
     start = honest.start()
     zero = digit_group("zero", 4, logprobs=0.0, claimed=HONEST_REWARDS)  # "this model is certain of every token"
     extreme = digit_group("extreme", 5, logprobs=MIN_LOGPROB, claimed=HONEST_REWARDS)  # the wire's lowest
-    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(),
                                                             groups=(zero, extreme))))
     step, attacked = report.step, 2 * len(TEXTS)
     assert step.peer_groups == 2
@@ -347,14 +347,14 @@ def test_garbage_logprobs_are_divergence_filtered_and_bounded_by_truncation(worl
 def test_counts_beyond_the_limits_are_refused_before_the_body_is_decoded(world, monkeypatch):
     honest, mallory = world.honest, world.mallory
     # Announced beyond the limits: the whole record is refused, its valid entry included, nothing fetched.
-    valid = mallory.describe(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time())))
-    mallory.next_seq += 1
+    valid = mallory.describe(encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time())))
+    mallory.next_round += 1
     inflations = {
         "groups": lambda body: body["batches"][0].update(groups=MAX_GROUPS + 1),
         "tokens": lambda body: body["batches"][0].update(tokens=MAX_BATCH_TOKENS + 1),
         "bytes": lambda body: body["batches"][0].update(bytes=MAX_PAYLOAD_BYTES + 1),
         "batches": lambda body: body["batches"].extend(
-            [dict(body["batches"][0], seq=valid.seq + 1 + i) for i in range(MAX_ANNOUNCED_BATCHES)]),
+            [dict(body["batches"][0], seq=valid.round + 1 + i) for i in range(MAX_ANNOUNCED_BATCHES)]),
     }
     for what, inflate in inflations.items():
         before = honest.rejections(mallory.peer_id)
@@ -362,7 +362,7 @@ def test_counts_beyond_the_limits_are_refused_before_the_body_is_decoded(world, 
         world.swarm.wait_until(lambda before=before: delta(honest.rejections(mallory.peer_id), before),
                                f"inflated {what}")
         assert delta(honest.rejections(mallory.peer_id), before) == {BAD_ANNOUNCEMENT: 1}, what
-    assert not mallory.askers(valid.seq)
+    assert not mallory.askers(valid.round)
 
     # Payloads whose header claims too many groups or completions: refused by the decoder's layout
     # checks, before the token column is read (the spy sees no hostile token column).
@@ -399,16 +399,16 @@ def test_counts_beyond_the_limits_are_refused_before_the_body_is_decoded(world, 
     }
     for what, data in payloads.items():
         before = honest.rejections(mallory.peer_id)
-        seq = mallory.publish(data).seq
+        round_ = mallory.publish(data).round
         world.swarm.wait_until(lambda before=before: delta(honest.rejections(mallory.peer_id), before),
                                f"a payload of {what}")
         assert delta(honest.rejections(mallory.peer_id), before) == {DECODE_ERROR: 1}, what
-        assert len(mallory.asked(honest.peer.peer_id, seq)) == 1
+        assert len(mallory.asked(honest.peer.peer_id, round_)) == 1
     assert hostile_column not in token_columns
 
     # Counts within the limits that do not describe the payload: refused once decoded.
     before = honest.rejections(mallory.peer_id)
-    mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time())), groups=2)
+    mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time())), groups=2)
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before), "a payload of fewer groups")
     assert delta(honest.rejections(mallory.peer_id), before) == {NOT_AS_ANNOUNCED: 1}
 
@@ -421,39 +421,39 @@ def test_replayed_batches_are_refused(world):
     honest_id = honest.peer.peer_id
     honest.flush()
     delivered = honest.delivered()
-    own = digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time() - MAX_AGE_S / 2)
+    own = digit_batch(mallory.peer_id, mallory.next_round, get_dht_time() - MAX_AGE_S / 2)
     mallory.publish(encode(own))
     theirs = bob.publish(build=digit_batch)
     world.swarm.wait_until(lambda: honest.delivered() == delivered + 2, "the honest node has both batches")
     before = honest.rejections(mallory.peer_id)
 
-    # The same sequence number again, even with other content: never fetched again (counted nowhere).
+    # The same round again, even with other content: never fetched again (counted nowhere).
     other = encode(dataclasses.replace(own, created_at=get_dht_time()))
-    mallory.publish(other, seq=own.seq)
-    # Mallory's old batch under a new sequence number: dated as it is, too old (never fetched); dated now,
-    # fetched and refused (its body names another seq); re-encoded under the new seq but with its old
+    mallory.publish(other, round=own.round)
+    # Mallory's old batch under a new round: dated as it is, too old (never fetched); dated now,
+    # fetched and refused (its body names another round); re-encoded under the new round but with its old
     # creation time in the body and a fresh one announced, refused too.
-    stale = mallory.publish(encode(own), created_at=get_dht_time() - MAX_AGE_S - 5).seq
-    renamed = mallory.publish(encode(own), created_at=get_dht_time()).seq
-    backdated = dataclasses.replace(own, seq=mallory.next_seq, created_at=get_dht_time() - MAX_AGE_S - 5)
-    redated = mallory.publish(encode(backdated), created_at=get_dht_time()).seq
+    stale = mallory.publish(encode(own), created_at=get_dht_time() - MAX_AGE_S - 5).round
+    renamed = mallory.publish(encode(own), created_at=get_dht_time()).round
+    backdated = dataclasses.replace(own, round=mallory.next_round, created_at=get_dht_time() - MAX_AGE_S - 5)
+    redated = mallory.publish(encode(backdated), created_at=get_dht_time()).round
     # Bob's batch, byte for byte (so the hash is as announced), under mallory's id: dated as it is, and now.
-    bobs = mallory.publish(encode(theirs)).seq
-    bobs_redated = mallory.publish(encode(theirs), created_at=get_dht_time()).seq
-    # Bob's content re-encoded as mallory's own, new seq and date: a batch of mallory's now (accepted).
-    adopted = dataclasses.replace(theirs, peer_id=mallory.peer_id, seq=mallory.next_seq, created_at=get_dht_time())
+    bobs = mallory.publish(encode(theirs)).round
+    bobs_redated = mallory.publish(encode(theirs), created_at=get_dht_time()).round
+    # Bob's content re-encoded as mallory's own, new round and date: a batch of mallory's now (accepted).
+    adopted = dataclasses.replace(theirs, peer_id=mallory.peer_id, round=mallory.next_round, created_at=get_dht_time())
     mallory.publish(encode(adopted))
 
     refused = {STALE: 1, NOT_AS_ANNOUNCED: 4}
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before) == refused
                            and honest.delivered() == delivered + 3, "the honest node has judged every replay")
-    assert len(mallory.asked(honest_id, own.seq)) == 1
+    assert len(mallory.asked(honest_id, own.round)) == 1
     assert not mallory.asked(honest_id, stale)
-    for seq in (renamed, redated, bobs, bobs_redated):
-        assert len(mallory.asked(honest_id, seq)) == 1
+    for round_ in (renamed, redated, bobs, bobs_redated):
+        assert len(mallory.asked(honest_id, round_)) == 1
     got = honest.peer.transport.receive()
-    assert sorted((r.peer_id, r.batch.seq) for r in got) == sorted(
-        [(mallory.peer_id, own.seq), (bob.peer_id, theirs.seq), (mallory.peer_id, adopted.seq)])
+    assert sorted((r.peer_id, r.batch.round) for r in got) == sorted(
+        [(mallory.peer_id, own.round), (bob.peer_id, theirs.round), (mallory.peer_id, adopted.round)])
     assert honest.rejections(bob.peer_id) == {}  # nothing of this is blamed on bob
 
 
@@ -488,9 +488,9 @@ def test_a_flood_of_announcements_keeps_the_honest_nodes_memory_and_cpu_bounded(
         """16 new batches, never served (a fetch gets "no longer served"); half of them dated a year ahead,
         which would stay "fresh", and in the seen set, for a year."""
         now = get_dht_time()
-        batches = tuple(mallory.describe(b"\0", seq=mallory.next_seq + i, created_at=now + (i % 2) * 3e7)
+        batches = tuple(mallory.describe(b"\0", round=mallory.next_round + i, created_at=now + (i % 2) * 3e7)
                         for i in range(MAX_ANNOUNCED_BATCHES))
-        mallory.next_seq += MAX_ANNOUNCED_BATCHES
+        mallory.next_round += MAX_ANNOUNCED_BATCHES
         return forged_record(mallory.announcement(batches=batches), lambda body: None)
 
     records, accepted = mallory.flood(record, seconds=3.0)
@@ -527,12 +527,12 @@ def test_an_over_size_payload_is_refused_without_reading_it(world):
     p2pd = next(p for p in psutil.Process(honest.peer.transport._dht.pid).children() if p.name() == "p2pd")
     before, read = honest.rejections(mallory.peer_id), p2pd.io_counters().read_chars
     sent: list[int] = []
-    announced = encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time()))
-    seq = mallory.publish(announced, pushes(64 * 2**20, sent)).seq
+    announced = encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time()))
+    round_ = mallory.publish(announced, pushes(64 * 2**20, sent)).round
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before) and len(sent) == len(
-        mallory.askers(seq)), "the honest node refuses the payload")
+        mallory.askers(round_)), "the honest node refuses the payload")
     assert delta(honest.rejections(mallory.peer_id), before) == {TOO_LARGE: 1}
-    assert len(mallory.asked(honest.peer.peer_id, seq)) == 1
+    assert len(mallory.asked(honest.peer.peer_id, round_)) == 1
     bytes_read = p2pd.io_counters().read_chars - read
     print(f"\n[hostile] over-size: {len(announced)} bytes announced, 64 MiB claimed; mallory pushed "
           f"{max(sent) / 2**20:.1f} MiB before the stream closed; the honest p2pd read {bytes_read / 2**20:.2f} MiB")
@@ -546,12 +546,12 @@ def test_wrong_tokenizer_claims_are_refused_or_skipped(world):
     honest, mallory = world.honest, world.mallory
     honest_id = honest.peer.peer_id
     # Ids at or above the batch's own vocabulary: the decoder refuses it.
-    wide = digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(), vocab_size=256,
+    wide = digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(), vocab_size=256,
                        groups=(digit_group("wide", 1, logprobs=-1.0, ids=[[10, 250], [40, 41]]),))
     message = msgpack.unpackb(encode(wide), raw=False)
     message["body"]["tokenizer"]["vocab_size"] = VOCAB  # same id width: only the bound changes
     before = honest.rejections(mallory.peer_id)
-    out_of_vocabulary = mallory.publish(msgpack.packb(message, use_bin_type=True)).seq
+    out_of_vocabulary = mallory.publish(msgpack.packb(message, use_bin_type=True)).round
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before), "ids out of the vocabulary")
     assert delta(honest.rejections(mallory.peer_id), before) == {DECODE_ERROR: 1}
     assert len(mallory.asked(honest_id, out_of_vocabulary)) == 1
@@ -560,8 +560,8 @@ def test_wrong_tokenizer_claims_are_refused_or_skipped(world):
     before = honest.rejections(mallory.peer_id)
     mallory.tokenizer = "sha256:another-tokenizer"
     try:
-        other = mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
-                                                   tokenizer=mallory.tokenizer))).seq
+        other = mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(),
+                                                   tokenizer=mallory.tokenizer))).round
         world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before), "another tokenizer")
     finally:
         mallory.tokenizer = FINGERPRINT
@@ -570,7 +570,7 @@ def test_wrong_tokenizer_claims_are_refused_or_skipped(world):
 
     # The honest fingerprint with a larger vocabulary claimed, and an id this model has no embedding for:
     # valid on the wire, so delivered; the round skips the group as unusable (it would fail the forward pass).
-    beyond = digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(), vocab_size=1000,
+    beyond = digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(), vocab_size=1000,
                          groups=(digit_group("beyond", 2, logprobs=-1.0, ids=[[10, 500], [40, 41]]),))
     report, _ = round_with(world, encode(beyond))
     assert (report.unusable_groups, report.peer_groups_received, report.step.peer_groups) == (1, 0, 0)
@@ -585,21 +585,21 @@ def test_a_stalled_fetch_costs_one_deadline_per_attempt_while_the_node_trains_on
     honest_id = honest.peer.peer_id
     honest.flush()
     before = honest.rejections(mallory.peer_id)
-    seq = mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time())), stalls).seq
-    world.swarm.wait_until(lambda: mallory.asked(honest_id, seq), "the honest node is fetching the stalled batch")
-    marker = bob.publish(build=digit_batch).seq
+    round_ = mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time())), stalls).round
+    world.swarm.wait_until(lambda: mallory.asked(honest_id, round_), "the honest node is fetching the stalled batch")
+    marker = bob.publish(build=digit_batch).round
     delivered = honest.delivered()
     world.swarm.wait_until(lambda: honest.delivered() > delivered, "the honest node has bob's batch meanwhile")
     honest.recorder.received.clear()
     report = honest.node.run_round()  # trains while mallory's fetch hangs: a round never waits on the network
-    assert [(r.peer_id, r.batch.seq) for r in honest.recorder.received] == [(bob.peer_id, marker)]
+    assert [(r.peer_id, r.batch.round) for r in honest.recorder.received] == [(bob.peer_id, marker)]
     assert report.peer_groups_by_peer == {bob.peer_id: 1}
 
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before),
                            "the honest node gives up on mallory", timeout=DEADLINE_S)
     failed_at = time.monotonic()
     assert delta(honest.rejections(mallory.peer_id), before) == {FETCH_FAILED: 1}
-    first, second = mallory.asked(honest_id, seq)  # one retry (fetch_retries = 1), then it is skipped
+    first, second = mallory.asked(honest_id, round_)  # one retry (fetch_retries = 1), then it is skipped
     # One deadline per attempt and a backoff between them (slack for a loaded machine), then no more.
     assert RETRY_BACKOFF_S <= second - first < FETCH_TIMEOUT_S + RETRY_BACKOFF_S + 2.0
     assert failed_at - first >= FETCH_TIMEOUT_S + RETRY_BACKOFF_S
@@ -619,7 +619,7 @@ def test_groups_are_trained_on_only_with_their_own_problems_prompt_from_the_trai
     swapped = digit_group("swapped", 3, logprobs=own_logprobs, prompt="say 8, then say 3:")
     held_out = digit_group("held-out", 3, logprobs=own_logprobs, split="test")
     before = honest.rejections(mallory.peer_id)
-    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+    report, received = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(),
                                                             groups=(fair, swapped, held_out))))
     assert len(received.groups) == 3  # all three arrived, valid on the wire
     assert [g.group_id for g in honest.trained[-1] if g.peer_id == mallory.peer_id] == ["fair"]
@@ -630,7 +630,7 @@ def test_groups_are_trained_on_only_with_their_own_problems_prompt_from_the_trai
     # The chat-template form of a problem's prompt is as good as the raw one (peers may choose either): the
     # tiny tokenizer has no template, so its only form is the raw text; a re-encoding of that text is accepted.
     again = digit_group("again", 4, logprobs=own_logprobs, prompt=TASK.prompt(TASK.problem("train", 4)))
-    report, _ = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time(),
+    report, _ = round_with(world, encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time(),
                                                      groups=(again,))))
     assert report.unusable_groups == 0 and report.peer_groups_received == 1
 
@@ -659,13 +659,13 @@ def test_an_announcement_dated_ahead_is_refused_and_charged(world):
 # --- 11. a flood of fetches that never read --------------------------------------------------------------
 
 
-def big_batch(peer_id: str, seq: int, created_at: float, *, run_id: str = RUN) -> RolloutBatch:
+def big_batch(peer_id: str, round_: int, created_at: float, *, run_id: str = RUN) -> RolloutBatch:
     """A valid batch of ~2.6 MB: 64 groups of 8 completions of 2,048 random tokens."""
-    rng = np.random.default_rng(seq)
-    groups = tuple(Group(f"{peer_id}/{seq}/{g}", TaskRef("digits", "train", g, str(g)), np.array([1, 2, 3]), tuple(
+    rng = np.random.default_rng(round_)
+    groups = tuple(Group(f"{peer_id}/{round_}/{g}", TaskRef("digits", "train", g, str(g)), np.array([1, 2, 3]), tuple(
         Completion(rng.integers(0, VOCAB, 2048), -rng.integers(0, 4096, 2048) * LOGPROB_STEP, 0.0, "length")
         for _ in range(8))) for g in range(64))
-    return RolloutBatch(run_id, peer_id, seq, created_at, PolicyInfo("tiny-other", "", "full", 0),
+    return RolloutBatch(run_id, peer_id, round_, created_at, PolicyInfo("tiny-other", "", "full", 0),
                         TokenizerInfo(FINGERPRINT, VOCAB), SamplingSettings(1.0, 1.0, 0, 2048), groups)
 
 
@@ -676,15 +676,15 @@ def test_streams_that_never_read_hold_two_serving_slots_and_no_copies(world):
     honest, bob, mallory = world.honest, world.bob, world.mallory
     got: list[int] = []  # bob's batches the honest node received
 
-    def received(seq: int) -> bool:
-        got.extend(r.batch.seq for r in honest.peer.transport.receive() if r.peer_id == bob.peer_id)
-        return seq in got
+    def received(round_: int) -> bool:
+        got.extend(r.batch.round for r in honest.peer.transport.receive() if r.peer_id == bob.peer_id)
+        return round_ in got
 
     honest.flush()
     batch = bob.publish(build=big_batch)
     size = len(encode(batch))
     assert size > 2 * 2**20
-    world.swarm.wait_until(lambda: received(batch.seq), "the honest node has bob's big batch")
+    world.swarm.wait_until(lambda: received(batch.round), "the honest node has bob's big batch")
     transport = mallory.peer.transport
     target, before = PeerID.from_base58(bob.peer_id), bob.transport.stats().serves_turned_away
     rss = psutil.Process().memory_info().rss
@@ -695,7 +695,7 @@ def test_streams_that_never_read_hold_two_serving_slots_and_no_copies(world):
             _, _, writer = await transport._p2p.call_binary_stream_handler(target, transport._handler)
             writers.append(writer)
             with contextlib.suppress(ConnectionError):  # turned away: bob closed it already
-                writer.write(batch.seq.to_bytes(8, "big"))
+                writer.write(batch.round.to_bytes(8, "big"))
                 await writer.drain()
         return writers
 
@@ -706,7 +706,7 @@ def test_streams_that_never_read_hold_two_serving_slots_and_no_copies(world):
         time.sleep(1.0)  # what bob would buffer for the streams it serves
         grown = psutil.Process().memory_info().rss - rss
         following = bob.publish(build=digit_batch)
-        world.swarm.wait_until(lambda: received(following.seq), "the honest node has bob's next batch")
+        world.swarm.wait_until(lambda: received(following.round), "the honest node has bob's next batch")
     finally:
         asyncio.run_coroutine_threadsafe(_close_all(writers), transport._loop).result(10)
     turned_away = bob.transport.stats().serves_turned_away - before
@@ -759,9 +759,9 @@ def test_a_slow_but_valid_peer_is_charged_for_its_lateness(world):
     honest.flush()
     before, score = honest.rejections(mallory.peer_id), honest.peer.transport.scores().get(mallory.peer_id)
     bad_before = score.bad if score is not None else 0.0
-    seqs = [mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_seq, get_dht_time())),
-                            serves_after(0.8 * FETCH_TIMEOUT_S)).seq for _ in range(2)]
+    rounds = [mallory.publish(encode(digit_batch(mallory.peer_id, mallory.next_round, get_dht_time())),
+                            serves_after(0.8 * FETCH_TIMEOUT_S)).round for _ in range(2)]
     world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before).get(SLOW, 0) == 2,
                            "both late deliveries are counted")
-    assert sorted(r.batch.seq for r in honest.peer.transport.receive() if r.peer_id == mallory.peer_id) == seqs
+    assert sorted(r.batch.round for r in honest.peer.transport.receive() if r.peer_id == mallory.peer_id) == rounds
     assert honest.peer.transport.scores()[mallory.peer_id].bad > bad_before

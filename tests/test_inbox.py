@@ -3,7 +3,7 @@ transport shares, tested alone with a fake clock and no network.
 
 Run: python -m pytest tests/test_inbox.py -q
 
-An inbox answers each announced (peer, seq) once: ``consider`` says whether to fetch it, ``deliver`` or
+An inbox answers each announced (peer, round) once: ``consider`` says whether to fetch it, ``deliver`` or
 ``fail`` settle a fetch, ``drain`` hands queued batches over. Every refusal is counted by peer and
 reason; these tests read the counts from ``stats().rejections``.
 """
@@ -51,15 +51,15 @@ def make_inbox(clock, **limits) -> Inbox:
     return Inbox(RUN_ID, TOKENIZER, replace(LIMITS, **limits), clock)
 
 
-def offer(inbox: Inbox, peer: str, seq: int, created_at: float = T0, **batch) -> bool:
+def offer(inbox: Inbox, peer: str, round_: int, created_at: float = T0, **batch) -> bool:
     """Announce one batch of ``peer`` to ``inbox``; whether it would be fetched."""
-    p = publish(make_batch(peer, seq, created_at, **batch))
+    p = publish(make_batch(peer, round_, created_at, **batch))
     return inbox.consider(p.announcement, p.descriptor)
 
 
-def fetch(inbox: Inbox, peer: str, seq: int, created_at: float = T0) -> bool:
+def fetch(inbox: Inbox, peer: str, round_: int, created_at: float = T0) -> bool:
     """Announce, and if considered, deliver what was announced (a fetch that went well)."""
-    p = publish(make_batch(peer, seq, created_at))
+    p = publish(make_batch(peer, round_, created_at))
     return inbox.consider(p.announcement, p.descriptor) and inbox.deliver(peer, p.descriptor, p.batch, len(p.data))
 
 
@@ -100,8 +100,8 @@ def test_a_batch_older_than_max_age_is_stale(clock):
 def test_a_batch_dated_too_far_ahead_is_stale_and_forgotten_like_any_other(clock):
     inbox = make_inbox(clock, per_peer_quota=100, max_batches=100)
     assert offer(inbox, "alice", 0, created_at=T0 + MAX_CLOCK_AHEAD_S)  # a clock ahead: still accepted
-    for seq in range(1, 11):  # dated a year ahead: it would stay "fresh", and remembered, for a year
-        assert not offer(inbox, "alice", seq, created_at=T0 + 3e7)
+    for round_ in range(1, 11):  # dated a year ahead: it would stay "fresh", and remembered, for a year
+        assert not offer(inbox, "alice", round_, created_at=T0 + 3e7)
     assert rejections(inbox) == {("alice", STALE): 10}
     clock.advance(MAX_AGE + 1)
     assert offer(inbox, "bob", 0, created_at=clock())  # any consider forgets what is too old
@@ -194,8 +194,8 @@ def test_a_late_delivery_is_kept_but_counts_partly_as_a_failed_fetch(clock):
 
 NOT_AS_ANNOUNCED_CASES = {
     # mallory announces alice's batch (same bytes, so the hash matches) as her own: a replay
-    "replay_of_another_peer": lambda batch: make_batch("alice", batch.seq),
-    "other_seq": lambda batch: replace(batch, seq=batch.seq + 1),
+    "replay_of_another_peer": lambda batch: make_batch("alice", batch.round),
+    "other_round": lambda batch: replace(batch, round=batch.round + 1),
     "other_run": lambda batch: replace(batch, run_id="run-b"),
     "other_tokenizer": lambda batch: replace(batch, tokenizer=replace(batch.tokenizer, fingerprint="tok-b")),
     # the announcer's own descriptor lies: a fresh date for an old batch, other counts than the payload's
@@ -242,14 +242,14 @@ def test_bad_announcements_are_counted_once_per_distinct_record(clock):
 
 def test_drain_hands_over_oldest_first_up_to_max(clock):
     inbox = make_inbox(clock)
-    for peer, seq in [("bob", 0), ("alice", 0), ("bob", 1), ("alice", 1)]:
-        assert fetch(inbox, peer, seq)
+    for peer, round_ in [("bob", 0), ("alice", 0), ("bob", 1), ("alice", 1)]:
+        assert fetch(inbox, peer, round_)
         clock.advance(1)
     assert inbox.drain(0) == []
     first = inbox.drain(3)
-    assert [(r.peer_id, r.batch.seq) for r in first] == [("bob", 0), ("alice", 0), ("bob", 1)]
+    assert [(r.peer_id, r.batch.round) for r in first] == [("bob", 0), ("alice", 0), ("bob", 1)]
     assert [r.received_at for r in first] == [T0, T0 + 1, T0 + 2]
-    assert [(r.peer_id, r.batch.seq) for r in inbox.drain(10)] == [("alice", 1)]
+    assert [(r.peer_id, r.batch.round) for r in inbox.drain(10)] == [("alice", 1)]
     assert inbox.drain() == []
 
 
@@ -258,8 +258,8 @@ def test_drain_hands_over_oldest_first_up_to_max(clock):
 
 def test_seen_entries_are_forgotten_once_stale_and_stay_refused(clock):
     inbox = make_inbox(clock, per_peer_quota=100, max_batches=100)
-    for seq in range(10):
-        assert fetch(inbox, "alice", seq)
+    for round_ in range(10):
+        assert fetch(inbox, "alice", round_)
     assert len(inbox.drain()) == 10
     clock.advance(MAX_AGE + 1)
     assert fetch(inbox, "alice", 10, created_at=clock())  # any consider forgets what is too old
@@ -342,10 +342,10 @@ def test_outbox_add_encodes_and_describes(clock):
 
 def test_outbox_keeps_only_the_newest(clock):
     outbox = Outbox(RUN_ID, "alice", keep=2, clock=clock)
-    for seq in (0, 1, 5):
-        outbox.add(make_batch("alice", seq))
+    for round_ in (0, 1, 5):
+        outbox.add(make_batch("alice", round_))
     assert outbox.payload(0) is None and outbox.payload(1) and outbox.payload(5)
-    assert [d.seq for d in outbox.announcement().batches] == [1, 5]
+    assert [d.round for d in outbox.announcement().batches] == [1, 5]
     assert outbox.published[0] == 3  # totals count everything ever published
 
 
@@ -358,7 +358,7 @@ def test_outbox_keep_is_bounded_by_what_an_announcement_lists(keep):
 @pytest.mark.parametrize("batch", [
     make_batch("bob", 1),  # another peer's
     make_batch("alice", 1, run_id="run-b"),  # another run's
-    make_batch("alice", 3),  # the same sequence number again
+    make_batch("alice", 3),  # the same round again
     make_batch("alice", 2),  # a lower one
 ])
 def test_outbox_refuses_what_this_node_must_not_publish(clock, batch):
@@ -374,7 +374,7 @@ def test_outbox_refuses_what_this_node_must_not_publish(clock, batch):
 def test_outbox_announcement_lists_descriptors_and_totals(clock):
     outbox = Outbox(RUN_ID, "alice", clock=clock)
     assert outbox.announcement() is None  # nothing to announce yet
-    batches = [make_batch("alice", seq, policy_version=seq, model="m", adapter="lora") for seq in range(3)]
+    batches = [make_batch("alice", round_, policy_version=round_, model="m", adapter="lora") for round_ in range(3)]
     descriptors = [outbox.add(batch) for batch in batches]
     clock.advance(2)
     announcement = outbox.announcement()
@@ -389,8 +389,8 @@ def test_outbox_announcement_lists_descriptors_and_totals(clock):
 
 def test_a_full_outbox_announcement_fits_the_wire(clock):
     outbox = Outbox(RUN_ID, "alice", clock=clock)
-    for seq in range(MAX_ANNOUNCED_BATCHES + 4):
-        outbox.add(make_batch("alice", seq))
+    for round_ in range(MAX_ANNOUNCED_BATCHES + 4):
+        outbox.add(make_batch("alice", round_))
     announcement = outbox.announcement()
     assert len(announcement.batches) == MAX_ANNOUNCED_BATCHES
     assert decode_announcement(encode_announcement(announcement)) == announcement

@@ -34,7 +34,7 @@ def peers(hub):
 
 
 def poll(transport: MemoryTransport, rounds: int = 3) -> list[tuple[str, int]]:
-    return [(r.peer_id, r.batch.seq) for _ in range(rounds) for r in transport.receive()]
+    return [(r.peer_id, r.batch.round) for _ in range(rounds) for r in transport.receive()]
 
 
 def test_garbage_announced_as_a_peer_is_a_bad_announcement(hub, peers):
@@ -64,8 +64,8 @@ def test_a_payload_that_does_not_match_its_hash_is_refused(hub, peers, monkeypat
     alice.publish(make_batch("alice", 0))
     genuine = hub.fetch
 
-    def altered(peer_id: str, seq: int) -> bytes | None:
-        data = bytearray(genuine(peer_id, seq))
+    def altered(peer_id: str, round_: int) -> bytes | None:
+        data = bytearray(genuine(peer_id, round_))
         data[-1] ^= 0x01  # same size, one bit changed
         return bytes(data)
 
@@ -83,7 +83,7 @@ def test_a_payload_of_the_wrong_size_is_refused(hub, peers, monkeypatch, payload
     alice, bob = peers
     alice.publish(make_batch("alice", 0))
     genuine = hub.fetch
-    monkeypatch.setattr(hub, "fetch", lambda peer_id, seq: payload(genuine(peer_id, seq)))
+    monkeypatch.setattr(hub, "fetch", lambda peer_id, round_: payload(genuine(peer_id, round_)))
     assert poll(bob) == []
     assert bob.stats().rejections == {("alice", reason): 1}
 
@@ -95,6 +95,6 @@ def test_a_replayed_batch_of_another_peer_is_not_as_announced(hub, peers, monkey
     replay = publish(make_batch("alice", 0), announced_by="mallory")
     hub.put_raw_announcement("mallory", encode_announcement(replay.announcement))
     genuine = hub.fetch
-    monkeypatch.setattr(hub, "fetch", lambda peer, seq: replay.data if peer == "mallory" else genuine(peer, seq))
+    monkeypatch.setattr(hub, "fetch", lambda peer, round_: replay.data if peer == "mallory" else genuine(peer, round_))
     assert poll(bob) == []
     assert bob.stats().rejections == {("mallory", "not_as_announced"): 1}

@@ -67,7 +67,7 @@ def test_a_failed_publish_stops_the_round_with_its_error():
     node = make_node(MemoryHub(), "self")
 
     def refuse(batch):
-        raise ValueError(f"sequence number {batch.seq} is not above the last one published")
+        raise ValueError(f"round {batch.round} is not above the last one published")
 
     node.transport.publish = refuse
     overlap = HelperThreads()

@@ -90,7 +90,7 @@ def test_what_a_receiver_makes_of_a_poisoned_batch(dataset, trust, expected):
     task = make_task("arithmetic", max_digits=1, operands=3, operations="+-")
     tokenizer = build_tokenizer()
     settings = attack.AttackSettings(groups=4)
-    batch = attack.poisoned_batch(task, tokenizer, settings, run_id="r", peer_id="attacker", seq=0,
+    batch = attack.poisoned_batch(task, tokenizer, settings, run_id="r", peer_id="attacker", round_=0,
                                   rng=np.random.default_rng(0), fingerprint=tokenizer_fingerprint(tokenizer),
                                   dataset=task.name if dataset == "own" else attack.FOREIGN_DATASET)
     scored = score_batch(batch, task, tokenizer, trust_peer_answers=trust, off_policy=True)

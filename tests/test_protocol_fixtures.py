@@ -33,7 +33,9 @@ def as_plain(batch: RolloutBatch) -> dict[str, Any]:
         return {name: getattr(obj, name) for name in names}
 
     return {
-        **fields(batch, "run_id", "peer_id", "seq", "created_at"),
+        **fields(batch, "run_id", "peer_id"),
+        "seq": batch.round,  # the JSON names the round by its wire key
+        "created_at": batch.created_at,
         "policy": fields(batch.policy, "model", "revision", "adapter", "policy_version"),
         "tokenizer": fields(batch.tokenizer, "fingerprint", "vocab_size"),
         "sampling": fields(batch.sampling, "temperature", "top_p", "top_k", "max_new_tokens"),

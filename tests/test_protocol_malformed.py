@@ -42,7 +42,7 @@ from ftis.protocol.limits import (
     MAX_MAP_ENTRIES,
     MAX_NAME_CHARS,
     MAX_PROMPT_TOKENS,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
@@ -80,7 +80,7 @@ def make_batch(vocab_size: int = 200, high_id: int = 199) -> RolloutBatch:
     return RolloutBatch(
         run_id="run-1",
         peer_id="peer-a",
-        seq=7,
+        round=7,
         created_at=1_700_000_000.5,
         policy=PolicyInfo("Qwen/Qwen2.5-0.5B", "main", "lora", 3),
         tokenizer=TokenizerInfo("sha256:abc", vocab_size),
@@ -513,8 +513,8 @@ OUT_OF_RANGE = [
     ("body.sampling.temperature", 1e-6, "body.sampling.temperature"),
     ("body.sampling.temperature", MIN_TEMPERATURE * 0.999, "body.sampling.temperature"),
     ("body.sampling.temperature", MAX_TEMPERATURE * 1.001, "body.sampling.temperature"),
-    # A sequence number the publisher's next round could not encode (a node jumping to it stopped for good).
-    ("body.seq", MAX_SEQ + 1, "body.seq"),
+    # A round whose next round the publisher could not encode (a node jumping to it stopped for good).
+    ("body.seq", MAX_ROUND + 1, "body.seq"),
     ("body.seq", 2**63 - 1, "body.seq"),
     ("body.sampling.temperature", math.nan, "body.sampling.temperature"),
     ("body.sampling.top_p", 1.5, "body.sampling.top_p"),
@@ -718,7 +718,7 @@ ENCODE_REFUSED = [
     ("over-max-new-tokens", lambda b: replace(b, sampling=replace(b.sampling, max_new_tokens=4)),
      "body.completions.length"),
     ("nan-reward", lambda b: with_completion(b, 1, 1, reward=math.nan), "body.completions.reward"),
-    ("negative-seq", lambda b: replace(b, seq=-1), "body.seq"),
+    ("negative-seq", lambda b: replace(b, round=-1), "body.seq"),
     ("empty-run-id", lambda b: replace(b, run_id=""), "body.run_id"),
     ("run-id-not-str", lambda b: replace(b, run_id=12), "body.run_id"),
     ("unknown-adapter", lambda b: replace(b, policy=replace(b.policy, adapter="qlora")), "body.policy.adapter"),
@@ -726,7 +726,7 @@ ENCODE_REFUSED = [
      "body.tokenizer.vocab_size"),
     ("zero-temperature", lambda b: replace(b, sampling=replace(b.sampling, temperature=0.0)),
      "body.sampling.temperature"),
-    ("unpackable-seq", lambda b: replace(b, seq=object()), "batch"),
+    ("unpackable-seq", lambda b: replace(b, round=object()), "batch"),
 ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ from ftis.protocol.limits import (
     LOGPROB_STEP,
     MAX_COMPLETION_TOKENS,
     MAX_NAME_CHARS,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
@@ -77,7 +77,7 @@ def simple_batch(logprobs=(-0.5, 0.0), vocab_size: int = 200) -> RolloutBatch:
     return RolloutBatch(
         run_id="run",
         peer_id="peer",
-        seq=0,
+        round=0,
         created_at=1_700_000_000.0,
         policy=PolicyInfo("tiny", "", "full", 0),
         tokenizer=TokenizerInfo("fp", vocab_size),
@@ -115,7 +115,7 @@ def batches(draw) -> RolloutBatch:
     return RolloutBatch(
         run_id=draw(st.text(min_size=1, max_size=MAX_NAME_CHARS)),
         peer_id=draw(names),
-        seq=draw(st.integers(0, MAX_SEQ)),
+        round=draw(st.integers(0, MAX_ROUND)),
         created_at=draw(st.floats(0, 1e11)),
         policy=PolicyInfo(
             model=draw(names),
@@ -147,7 +147,7 @@ def assert_array_out(array: np.ndarray, dtype: type) -> None:
 
 def assert_round_trip(batch: RolloutBatch, decoded: RolloutBatch) -> None:
     """``decoded`` is ``batch``: metadata and ids exact, log-probs within MAX_ERROR, order kept."""
-    for name in ("run_id", "peer_id", "seq", "created_at", "policy", "tokenizer", "sampling"):
+    for name in ("run_id", "peer_id", "round", "created_at", "policy", "tokenizer", "sampling"):
         assert getattr(decoded, name) == getattr(batch, name), name
     assert [g.group_id for g in decoded.groups] == [g.group_id for g in batch.groups]
     for group, got in zip(batch.groups, decoded.groups, strict=True):

@@ -33,7 +33,7 @@ def _completions() -> tuple[Completion, ...]:
 
 def _batch(groups: tuple[Group, ...], **changes) -> RolloutBatch:
     fields = dict(
-        run_id="r", peer_id="p", seq=1, created_at=1.0, policy=PolicyInfo("m", "", "full", 0),
+        run_id="r", peer_id="p", round=1, created_at=1.0, policy=PolicyInfo("m", "", "full", 0),
         tokenizer=TokenizerInfo("fp", 100), sampling=SamplingSettings(1.0, 1.0, 0, 8), groups=groups,
     )
     return RolloutBatch(**{**fields, **changes})
@@ -98,9 +98,9 @@ def test_groups_pickle_in_either_form():
 
 def test_numpy_scalars_in_metadata_travel_as_numbers():
     group = Group("g", dataclasses.replace(TASK, index=np.int64(3)), np.array([1]), _completions())
-    batch = _batch((group,), seq=np.int64(9), created_at=np.float64(2.5))
+    batch = _batch((group,), round=np.int64(9), created_at=np.float64(2.5))
     decoded = decode(encode(batch))
-    assert decoded.seq == 9 and type(decoded.seq) is int
+    assert decoded.round == 9 and type(decoded.round) is int
     assert decoded.created_at == 2.5 and decoded.groups[0].task.index == 3
 
 

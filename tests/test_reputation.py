@@ -206,13 +206,13 @@ def make_inbox(clock: FakeClock, settings: ReputationSettings = SETTINGS, **limi
 def test_deliveries_and_refusals_for_the_peers_fault_feed_its_score():
     clock = FakeClock()
     inbox = make_inbox(clock, ReputationSettings(100.0, 0.0, 0.0, 10.0, 10.0))  # nobody muted here
-    for seq in range(2):
-        p = publish(make_batch("alice", seq, clock()))
+    for round_ in range(2):
+        p = publish(make_batch("alice", round_, clock()))
         assert inbox.consider(p.announcement, p.descriptor)
         inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
     reasons = [HASH_MISMATCH, DECODE_ERROR, TOO_LARGE, FETCH_FAILED]
-    for seq, reason in enumerate(reasons):
-        p = publish(make_batch("mallory", seq, clock()))
+    for round_, reason in enumerate(reasons):
+        p = publish(make_batch("mallory", round_, clock()))
         assert inbox.consider(p.announcement, p.descriptor)
         inbox.fail("mallory", p.descriptor, reason)
     p = publish(make_batch("mallory", 9, clock()))  # a batch other than announced
@@ -248,8 +248,8 @@ def test_benign_refusals_are_no_evidence():
 def test_a_muted_peers_batches_are_refused_unfetched_once_each_until_the_mute_ends():
     clock = FakeClock()
     inbox = make_inbox(clock)
-    for seq in range(3):
-        p = publish(make_batch("mallory", seq, clock()))
+    for round_ in range(3):
+        p = publish(make_batch("mallory", round_, clock()))
         assert inbox.consider(p.announcement, p.descriptor)
         inbox.fail("mallory", p.descriptor, HASH_MISMATCH)
     assert inbox.muted("mallory")

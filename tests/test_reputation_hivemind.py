@@ -57,10 +57,10 @@ def test_a_peer_serving_corrupt_payloads_is_muted_and_its_later_batches_are_not_
                                f"the receiver refuses corrupt batch {refused}")
     judged = receiver.transport.scores()[hostile.peer_id]
     assert judged.muted_until is not None and judged.score == pytest.approx(1 / 3, abs=0.01)
-    seq = hostile.offer(serves)  # a good batch now: the peer is muted all the same
+    round_ = hostile.offer(serves)  # a good batch now: the peer is muted all the same
     world.swarm.wait_until(lambda: receiver.rejections(hostile.peer_id).get(MUTED) == 1,
                            "the receiver refuses the muted peer's next batch")
-    assert hostile.asked(receiver.peer_id, seq) == [] and seq not in receiver.got(hostile.peer_id)
+    assert hostile.asked(receiver.peer_id, round_) == [] and round_ not in receiver.got(hostile.peer_id)
 
 
 def test_status_with_the_nodes_folder_shows_its_scores_and_mutes(world, tmp_path):

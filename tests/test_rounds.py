@@ -11,7 +11,7 @@ from ftis.node.runner.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORE
 from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub
 from ftis.protocol.announcement import Announcement, encode_announcement
-from ftis.protocol.limits import MAX_SEQ
+from ftis.protocol.limits import MAX_ROUND
 
 DEADLINE = 0.4
 
@@ -55,7 +55,7 @@ def test_rounds_mode_counts_an_early_batch_and_jumps_to_a_peer_that_is_ahead():
     assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
     assert report.peer_groups_received == 0  # the peer's round-7 batch is held for round 7
     assert node.round == 7  # the next batch it publishes is round 7, the swarm's
-    report = node.run_round()  # the peer's seq-7 batch counts for round 7: no wait, and it is trained on now
+    report = node.run_round()  # the peer's batch of round 7 counts for round 7: no wait, and it is trained on now
     assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
     assert report.peer_groups_received == 1
     assert node.round == 8
@@ -107,7 +107,7 @@ def test_one_peers_claim_of_a_far_round_moves_no_node_that_has_other_peers():
     honest = make_node(hub, "honest", generation=SMALL)
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub, "node")
-    honest.round, mallory.round = 3, MAX_SEQ
+    honest.round, mallory.round = 3, MAX_ROUND
     honest.run_round()
     mallory.run_round()
     node.run_round()
@@ -122,7 +122,7 @@ def test_a_lone_peers_claim_moves_a_node_only_as_far_as_it_can_still_publish():
     hub = MemoryHub()
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub, "node")
-    mallory.round = MAX_SEQ
+    mallory.round = MAX_ROUND
     mallory.run_round()
     node.run_round()
     assert node.round == MAX_JUMP_ROUND

@@ -8,7 +8,7 @@ jumps in the retry test; a node in its own OS process (``tests/helpers/swarm_pee
 with SIGKILL; a rogue peer (``tests/helpers/hostile_peer.py``) that announces real batches but serves each one
 the way a test scripts it; and two bare DHT peers, a forger and an impostor. The plumbing (peers,
 swarm, waits, killing) is ``tests/helpers/hivemind_swarm.py``, shared with ``test_hostile_peers.py``. Tests
-use fresh sequence numbers and look only at the batches and rejections of the peers they involve, so
+use fresh rounds and look only at the batches and rejections of the peers they involve, so
 they do not depend on each other's order, except that the last test kills the bootstrap.
 
 Every node ages batches by a clock of its own (``ShiftedClock``) that a test can move on instead of
@@ -140,22 +140,22 @@ def world(tmp_path_factory) -> Iterator[World]:
 
 
 def test_three_nodes_receive_each_others_batches_byte_identical_exactly_once(world):
-    sent = {(node.peer_id, b.seq): b for node in world.trio for b in (node.publish(), node.publish())}
+    sent = {(node.peer_id, b.round): b for node in world.trio for b in (node.publish(), node.publish())}
 
     def everyone_has_the_others() -> bool:
-        return all({k for k in sent if k[0] != n.peer_id} <= {(r.peer_id, r.batch.seq) for r in n.log}
+        return all({k for k in sent if k[0] != n.peer_id} <= {(r.peer_id, r.batch.round) for r in n.log}
                    for n in world.trio)
 
     world.swarm.wait_until(everyone_has_the_others, "each node has the other two's batches")
     quiet_until = time.monotonic() + 1.2  # more polls and a re-announcement: nothing may come twice
     world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "a quiet period")
     for node in world.trio:
-        delivered = [(r.peer_id, r.batch.seq) for r in node.log]
+        delivered = [(r.peer_id, r.batch.round) for r in node.log]
         assert len(delivered) == len(set(delivered)), f"a batch was delivered twice to {node.peer_id}"
-        mine = [r for r in node.log if (r.peer_id, r.batch.seq) in sent]
-        assert sorted((r.peer_id, r.batch.seq) for r in mine) == sorted(k for k in sent if k[0] != node.peer_id)
+        mine = [r for r in node.log if (r.peer_id, r.batch.round) in sent]
+        assert sorted((r.peer_id, r.batch.round) for r in mine) == sorted(k for k in sent if k[0] != node.peer_id)
         for r in mine:
-            original = sent[(r.peer_id, r.batch.seq)]
+            original = sent[(r.peer_id, r.batch.round)]
             assert r.batch == original
             assert encode(r.batch) == encode(original)  # byte-identical
             assert r.payload_bytes == len(encode(original))
@@ -164,8 +164,8 @@ def test_three_nodes_receive_each_others_batches_byte_identical_exactly_once(wor
 def test_a_late_joiner_receives_only_batches_within_the_max_age(world):
     elder, bob = world.patient, world.bob
     now = get_dht_time()
-    old = elder.publish(created_at=now - MAX_AGE_S - 5).seq
-    recent = [elder.publish(created_at=now - MAX_AGE_S / 2).seq, elder.publish().seq]
+    old = elder.publish(created_at=now - MAX_AGE_S - 5).round
+    recent = [elder.publish(created_at=now - MAX_AGE_S / 2).round, elder.publish().round]
     with ThreadPoolExecutor(1) as pool:
         joining = pool.submit(world.swarm.join, 1)  # after the batches were published
         world.swarm.wait_until(lambda: set(recent) <= set(bob.got(elder.peer_id)), "bob has elder's recent batches")
@@ -187,12 +187,12 @@ def test_poll_now_reads_the_announcements_without_waiting_out_the_period(world):
         alice = world.alice
         quiet_until = time.monotonic() + 1.0  # its first read, at start, is over
         world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "the slow peer's first read")
-        seq = alice.publish().seq
+        round_ = alice.publish().round
         quiet_until = time.monotonic() + 2.0  # announced (alice announces at once) but not read
         world.swarm.wait_until(lambda: time.monotonic() > quiet_until, "a period the slow peer does not read in")
-        assert seq not in slow.got(alice.peer_id)
+        assert round_ not in slow.got(alice.peer_id)
         slow.transport.poll_now()
-        took = world.swarm.wait_until(lambda: seq in slow.got(alice.peer_id), "the slow peer has alice's batch")
+        took = world.swarm.wait_until(lambda: round_ in slow.got(alice.peer_id), "the slow peer has alice's batch")
         assert took < 10.0
     finally:
         world.swarm.leave(slow)
@@ -205,32 +205,32 @@ def test_a_fetch_failed_in_transit_is_retried_after_a_backoff_while_the_batch_is
     rogue, elder = world.rogue, world.patient  # an elder whose clock jumps on
     fetchers = world.trio
     before = {node.peer_id: node.rejections(rogue.peer_id) for node in [*fetchers, elder]}
-    seq = rogue.next_seq  # the batch offered below
+    round_ = rogue.next_round  # the batch offered below
 
     async def drops_the_first_request(fetcher: str, reader, writer, payload: bytes) -> None:
         if fetcher == elder.peer_id:  # elder's clock jumps past the max age: a retry would fetch a stale batch
             elder.clock.advance(MAX_AGE_S + 10)
             await hangs_up(fetcher, reader, writer, payload)
-        elif len(rogue.requests[(fetcher, seq)]) == 1:
+        elif len(rogue.requests[(fetcher, round_)]) == 1:
             await hangs_up(fetcher, reader, writer, payload)
         else:
             await serves(fetcher, reader, writer, payload)
 
     try:
-        assert rogue.offer(drops_the_first_request) == seq
-        world.swarm.wait_until(lambda: all(seq in node.got(rogue.peer_id) for node in fetchers),
+        assert rogue.offer(drops_the_first_request) == round_
+        world.swarm.wait_until(lambda: all(round_ in node.got(rogue.peer_id) for node in fetchers),
                                "every fetcher has the batch on its second attempt")
         world.swarm.wait_until(lambda: delta(elder.rejections(rogue.peer_id), before[elder.peer_id]),
                                "elder gives up")
     finally:
         elder.clock.shift = 0.0
     for node in fetchers:
-        first, second = rogue.asked(node.peer_id, seq)  # exactly two attempts
+        first, second = rogue.asked(node.peer_id, round_)  # exactly two attempts
         assert second - first >= RETRY_BACKOFF_S
         assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {}
-    assert len(rogue.asked(elder.peer_id, seq)) == 1  # the batch turned stale: no retry
+    assert len(rogue.asked(elder.peer_id, round_)) == 1  # the batch turned stale: no retry
     assert delta(elder.rejections(rogue.peer_id), before[elder.peer_id]) == {FETCH_FAILED: 1}
-    assert seq not in elder.got(rogue.peer_id)
+    assert round_ not in elder.got(rogue.peer_id)
 
 
 def test_retries_wait_longer_each_time():
@@ -241,10 +241,10 @@ def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(
     rogue, alice, patient = world.rogue, world.alice, world.patient
     fetchers = world.trio
     before = {node.peer_id: node.rejections(rogue.peer_id) for node in [*fetchers, patient]}
-    seq = rogue.offer(stalls_mid_payload)
-    world.swarm.wait_until(lambda: all(rogue.asked(node.peer_id, seq) for node in [*fetchers, patient]),
+    round_ = rogue.offer(stalls_mid_payload)
+    world.swarm.wait_until(lambda: all(rogue.asked(node.peer_id, round_) for node in [*fetchers, patient]),
                            "every node is fetching the stalling batch")
-    marker = alice.publish().seq
+    marker = alice.publish().round
     # A stalled fetch holds up no other: the patient node, whose fetch of the stalled batch is pending
     # for DEADLINE_S (no race with a short deadline on a loaded machine), gets alice's batch meanwhile.
     world.swarm.wait_until(lambda: marker in patient.got(alice.peer_id), "the patient node gets alice's batch")
@@ -261,7 +261,7 @@ def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(
     world.swarm.wait_until(all_failed, "every node gives up on the stalled fetch", timeout=6 * FETCH_TIMEOUT_S)
     for node in fetchers:
         assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {FETCH_FAILED: 1}
-        first, second = rogue.asked(node.peer_id, seq)  # one retry (fetch_retries = 1), then it gives up
+        first, second = rogue.asked(node.peer_id, round_)  # one retry (fetch_retries = 1), then it gives up
         # One deadline per attempt, a backoff between them, and no hang. A deadline runs from before the
         # connection, so the first request came at most one deadline into the first attempt: from it,
         # the retry's request is at least a backoff away and the end at least a deadline and a backoff.
@@ -269,7 +269,7 @@ def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(
         assert RETRY_BACKOFF_S <= second - first < FETCH_TIMEOUT_S + RETRY_BACKOFF_S + 2.0
         assert failed_at[node.peer_id] - first >= FETCH_TIMEOUT_S + RETRY_BACKOFF_S
         assert failed_at[node.peer_id] - second < FETCH_TIMEOUT_S + 2.0
-        assert seq not in node.got(rogue.peer_id)
+        assert round_ not in node.got(rogue.peer_id)
     world.swarm.wait_until(lambda: all(marker in n.got(alice.peer_id) for n in [world.bob, world.carol]),
                            "the others get alice's batch too")
 
@@ -279,7 +279,7 @@ def test_a_peer_stalling_mid_payload_costs_the_fetcher_one_deadline_per_attempt(
 
 def test_a_forged_announcement_under_another_peers_subkey_is_rejected(world):
     alice, bob = world.alice, world.bob
-    marker = alice.publish().seq
+    marker = alice.publish().round
     world.swarm.wait_until(lambda: marker in bob.got(alice.peer_id), "alice has announced")
     key, subkey = shard_key(RUN, shard_of(alice.peer_id, world.swarm.config.shards)), alice.transport._owner
     genuine = alice.transport._outbox.announcement()
@@ -298,7 +298,7 @@ def test_an_announcement_signed_by_another_key_than_its_peer_ids_is_a_bad_announ
     alice, bob, carol = world.alice, world.bob, world.carol
     alice.publish()
     claim = alice.transport._outbox.announcement()  # alice's own words, with a batch she never published
-    claim = dataclasses.replace(claim, batches=(dataclasses.replace(claim.batches[-1], seq=10_000),),
+    claim = dataclasses.replace(claim, batches=(dataclasses.replace(claim.batches[-1], round=10_000),),
                                 updated_at=get_dht_time())
     assert decode_announcement(encode_announcement(claim)).peer_id == alice.peer_id
     dht, owner = world.impostor
@@ -355,20 +355,20 @@ def test_records_that_would_hide_other_peers_or_outlive_their_owner_are_stored_n
 def test_a_payload_that_does_not_match_its_announcement_is_rejected(world):
     rogue = world.rogue
     before = {node.peer_id: node.rejections(rogue.peer_id) for node in world.trio}
-    seq = rogue.offer(tampered)
+    round_ = rogue.offer(tampered)
     world.swarm.wait_until(
         lambda: all(delta(n.rejections(rogue.peer_id), before[n.peer_id]) for n in world.trio),
         "every node refuses the tampered payload")
     for node in world.trio:
         assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {HASH_MISMATCH: 1}
-        assert len(rogue.asked(node.peer_id, seq)) == 1  # a refused payload is never asked for again
-        assert seq not in node.got(rogue.peer_id)
+        assert len(rogue.asked(node.peer_id, round_)) == 1  # a refused payload is never asked for again
+        assert round_ not in node.got(rogue.peer_id)
 
 
 def test_an_over_limit_payload_is_rejected_without_reading_it(world):
     rogue = world.rogue
     before = {node.peer_id: node.rejections(rogue.peer_id) for node in world.trio}
-    seq = rogue.offer(claims_a_terabyte)
+    round_ = rogue.offer(claims_a_terabyte)
     refused_at: dict[str, float] = {}
 
     def all_refused() -> bool:
@@ -381,9 +381,9 @@ def test_an_over_limit_payload_is_rejected_without_reading_it(world):
     for node in world.trio:
         # too_large, not fetch_failed: refused on the length alone, not after waiting for the body
         assert delta(node.rejections(rogue.peer_id), before[node.peer_id]) == {TOO_LARGE: 1}
-        (asked,) = rogue.asked(node.peer_id, seq)  # and never asked for again
+        (asked,) = rogue.asked(node.peer_id, round_)  # and never asked for again
         assert refused_at[node.peer_id] - asked < FETCH_TIMEOUT_S
-        assert seq not in node.got(rogue.peer_id)
+        assert round_ not in node.got(rogue.peer_id)
 
 
 # --- nodes dying (last in the file: the node in its own process has had time to start, and the
@@ -396,7 +396,7 @@ def test_the_others_keep_exchanging_after_a_node_is_killed(world):
                            "every node has a batch of the node in its own process")
     kill_tree(world.far.process.pid)
     assert world.far.process.wait(10) == -9
-    sent = {node.peer_id: node.publish().seq for node in world.trio}
+    sent = {node.peer_id: node.publish().round for node in world.trio}
     world.swarm.wait_until(
         lambda: all(sent[other.peer_id] in node.got(other.peer_id)
                     for node in world.trio for other in world.trio if other is not node),
@@ -408,7 +408,7 @@ def test_the_others_keep_exchanging_after_the_bootstrap_is_killed(world):
     kill_tree(bootstrap.pid)
     bootstrap.join(10)  # reaps it; shutdown() is then a no-op
     assert not bootstrap.is_alive()
-    sent = {node.peer_id: node.publish().seq for node in world.trio}
+    sent = {node.peer_id: node.publish().round for node in world.trio}
     world.swarm.wait_until(
         lambda: all(sent[other.peer_id] in node.got(other.peer_id)
                     for node in world.trio for other in world.trio if other is not node),

@@ -164,16 +164,16 @@ def swarm(request) -> Iterator[SwarmHarness]:
 
 
 def ids(received: list[ReceivedBatch]) -> list[tuple[str, int]]:
-    return [(r.peer_id, r.batch.seq) for r in received]
+    return [(r.peer_id, r.batch.round) for r in received]
 
 
 def has(expected: dict[str, set[tuple[str, int]]]) -> Callable[[Received], bool]:
-    """A settle predicate: each receiver got at least the (peer id, seq) pairs expected of it."""
+    """A settle predicate: each receiver got at least the (peer id, round) pairs expected of it."""
     return lambda got: all(expected[peer] <= set(ids(got[peer])) for peer in expected)
 
 
-def publish(t: Transport, seq: int, swarm: SwarmHarness, **batch) -> RolloutBatch:
-    created = make_batch(t.peer_id, seq, batch.pop("created_at", swarm.now()), run_id=swarm.run_id, **batch)
+def publish(t: Transport, round_: int, swarm: SwarmHarness, **batch) -> RolloutBatch:
+    created = make_batch(t.peer_id, round_, batch.pop("created_at", swarm.now()), run_id=swarm.run_id, **batch)
     t.publish(created)
     return created
 
@@ -183,7 +183,7 @@ def publish(t: Transport, seq: int, swarm: SwarmHarness, **batch) -> RolloutBatc
 
 def test_every_peer_gets_the_others_batches_exactly_once(swarm):
     peers = swarm.peers(3)
-    published = {(t.peer_id, seq): publish(t, seq, swarm) for t in peers for seq in (0, 1)}
+    published = {(t.peer_id, round_): publish(t, round_, swarm) for t in peers for round_ in (0, 1)}
     expected = {t.peer_id: {key for key in published if key[0] != t.peer_id} for t in peers}
     got = swarm.settle(peers, has(expected))
     for _ in range(3):  # more rounds bring nothing new
@@ -192,7 +192,7 @@ def test_every_peer_gets_the_others_batches_exactly_once(swarm):
     for t in peers:
         assert sorted(ids(got[t.peer_id])) == sorted(expected[t.peer_id])  # once each, never its own
         for r in got[t.peer_id]:
-            sent = published[(r.peer_id, r.batch.seq)]
+            sent = published[(r.peer_id, r.batch.round)]
             assert r.batch.peer_id == r.peer_id != t.peer_id
             assert r.batch == sent
             assert encode(r.batch) == encode(sent)  # byte-identical on the wire
@@ -204,9 +204,9 @@ def test_members_lists_every_peer_as_it_announced_itself(swarm):
     published: dict[str, list[RolloutBatch]] = {}
     for i, t in enumerate(peers):
         adapter = "lora" if i % 2 else "full"
-        published[t.peer_id] = [publish(t, seq, swarm, model=f"model-{i}", adapter=adapter, policy_version=10 * i + seq)
-                                for seq in range(i + 1)]
-    expected = {t.peer_id: {(p, b.seq) for p, bs in published.items() if p != t.peer_id for b in bs} for t in peers}
+        published[t.peer_id] = [publish(t, round_, swarm, model=f"model-{i}", adapter=adapter,
+                                        policy_version=10 * i + round_) for round_ in range(i + 1)]
+    expected = {t.peer_id: {(p, b.round) for p, bs in published.items() if p != t.peer_id for b in bs} for t in peers}
     swarm.settle(peers, has(expected))
     for t in peers:
         members = {m.peer_id: m for m in t.members()}
@@ -282,7 +282,7 @@ def test_the_others_keep_exchanging_after_one_closes(swarm):
 def test_stats_count_published_and_delivered_batches_and_bytes(swarm):
     alice, bob = swarm.peers(2)
     sent = [publish(alice, 0, swarm), publish(alice, 1, swarm), publish(bob, 0, swarm)]
-    size = {(b.peer_id, b.seq): len(encode(b)) for b in sent}
+    size = {(b.peer_id, b.round): len(encode(b)) for b in sent}
     got = swarm.settle([alice, bob], has({alice.peer_id: {(bob.peer_id, 0)},
                                           bob.peer_id: {(alice.peer_id, 0), (alice.peer_id, 1)}}))
     for t in (alice, bob):

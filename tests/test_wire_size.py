@@ -111,7 +111,7 @@ def make_batch(problems, id_map: np.ndarray, rng: np.random.Generator, num_group
         groups.append(Group(f"group-{g:04d}", TaskRef("arith", "test", g, "0"), id_map[problems[members[0]][0]],
                             completions))
     return RolloutBatch(
-        run_id="wire-size", peer_id="peer-0", seq=0, created_at=1.7e9,
+        run_id="wire-size", peer_id="peer-0", round=0, created_at=1.7e9,
         policy=PolicyInfo("Qwen/Qwen2.5-1.5B-Instruct", "", "lora", 3),
         tokenizer=TokenizerInfo("sha256:" + "ab" * 32, VOCAB_SIZE),
         sampling=SamplingSettings(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1024),

@@ -44,7 +44,7 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
 )
@@ -82,7 +82,7 @@ def seed_batch(
             completions.append(Completion(ids(rng, n), logprobs(rng, n), float(c % 3) - 0.5, ("stop", "length")[c % 2]))
         task = TaskRef("arith", "train", g, str(g))
         groups.append(Group(f"g{g}", task, rng.integers(0, vocab_size, prompt_length), tuple(completions)))
-    batch = dict(run_id="run-1", peer_id="peer-a", seq=7, created_at=T0,
+    batch = dict(run_id="run-1", peer_id="peer-a", round=7, created_at=T0,
                  policy=PolicyInfo("Qwen/Qwen2.5-0.5B", "main", adapter, 3),
                  tokenizer=TokenizerInfo("sha256:abc", vocab_size),
                  sampling=SamplingSettings(0.9, 0.95, 50, max_new_tokens), groups=tuple(groups))
@@ -92,9 +92,9 @@ def seed_batch(
 def _at_the_limits() -> RolloutBatch:
     """Every string and number at its limit: names of MAX_NAME_CHARS (4-byte characters), an answer of
     MAX_ANSWER_CHARS 4-byte characters (exactly msgpack's string limit), empty revision, split and
-    answer, completions of up to max_new_tokens, and the top sequence number and task index."""
+    answer, completions of up to max_new_tokens, and the top round and task index."""
     batch = seed_batch(vocab_size=1 << 16, prompt_lengths=(3, 1), group_sizes=(1, 16), max_new_tokens=4,
-                       adapter="full", seq=MAX_SEQ, created_at=0.0, run_id="🙂" * MAX_NAME_CHARS)
+                       adapter="full", round=MAX_ROUND, created_at=0.0, run_id="🙂" * MAX_NAME_CHARS)
     long_answer = batch.groups[0].replace(
         group_id="é" * MAX_NAME_CHARS, task=TaskRef("d" * MAX_NAME_CHARS, "", INT64_MAX, "🙂" * MAX_ANSWER_CHARS))
     empty_answer = batch.groups[1].replace(task=TaskRef("arith", "s" * MAX_NAME_CHARS, 0, ""))
@@ -125,7 +125,7 @@ def batch_seeds() -> dict[str, bytes]:
 
 def seed_announcement(count: int = 3, **fields: Any) -> Announcement:
     descriptors = tuple(
-        BatchDescriptor(seq=100 + i, groups=1 + i, tokens=1_000 * (i + 1), bytes=2_000 * (i + 1),
+        BatchDescriptor(round=100 + i, groups=1 + i, tokens=1_000 * (i + 1), bytes=2_000 * (i + 1),
                         sha256=bytes([i]) * 32, policy_version=i, created_at=T0 - i)
         for i in range(count)
     )
@@ -138,7 +138,7 @@ def seed_announcement(count: int = 3, **fields: Any) -> Announcement:
 def announcement_seeds() -> dict[str, bytes]:
     at_limits = seed_announcement(0, run_id="r" * MAX_NAME_CHARS, peer_id="p" * MAX_NAME_CHARS, adapter="full",
                                   policy_version=INT64_MAX, published_batches=INT64_MAX, updated_at=0.0)
-    extreme = BatchDescriptor(seq=MAX_SEQ, groups=MAX_GROUPS, tokens=MAX_BATCH_TOKENS, bytes=MAX_PAYLOAD_BYTES,
+    extreme = BatchDescriptor(round=MAX_ROUND, groups=MAX_GROUPS, tokens=MAX_BATCH_TOKENS, bytes=MAX_PAYLOAD_BYTES,
                               sha256=b"\xff" * 32, policy_version=INT64_MAX, created_at=1e11)
     full = seed_announcement(MAX_ANNOUNCED_BATCHES - 1)
     return {

@@ -46,7 +46,7 @@ from ftis.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
@@ -94,7 +94,7 @@ def check_batch(batch: RolloutBatch, data: bytes) -> None:
     expect(len(data) <= MAX_PAYLOAD_BYTES, f"accepted a payload of {len(data)} bytes")
     _name(batch.run_id, "run_id")
     _name(batch.peer_id, "peer_id")
-    _int(batch.seq, 0, MAX_SEQ, "seq")
+    _int(batch.round, 0, MAX_ROUND, "seq")
     _number(batch.created_at, 0.0, math.inf, "created_at")
     policy, tokenizer, sampling = batch.policy, batch.tokenizer, batch.sampling
     _name(policy.model, "policy.model")
@@ -169,15 +169,15 @@ def check_announcement(announcement: Announcement, data: bytes) -> None:
     _int(len(announcement.batches), 0, MAX_ANNOUNCED_BATCHES, "batches listed")
     for i, d in enumerate(announcement.batches):
         at = f"batches[{i}]"
-        _int(d.seq, 0, MAX_SEQ, f"{at}.seq")
+        _int(d.round, 0, MAX_ROUND, f"{at}.seq")
         _int(d.groups, 1, MAX_GROUPS, f"{at}.groups")
         _int(d.tokens, 1, MAX_BATCH_TOKENS, f"{at}.tokens")
         _int(d.bytes, 1, MAX_PAYLOAD_BYTES, f"{at}.bytes")
         expect(type(d.sha256) is bytes and len(d.sha256) == SHA256_BYTES, f"{at}.sha256")
         _int(d.policy_version, 0, INT64_MAX, f"{at}.policy_version")
         _number(d.created_at, 0.0, math.inf, f"{at}.created_at")
-    seqs = [d.seq for d in announcement.batches]
-    expect(len(set(seqs)) == len(seqs), "sequence numbers must be unique")
+    rounds = [d.round for d in announcement.batches]
+    expect(len(set(rounds)) == len(rounds), "rounds must be unique")
     _round_trip(announcement, encode_announcement, decode_announcement)
 
 

@@ -34,7 +34,7 @@ from ftis.protocol.limits import (
     MAX_GROUPS,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
-    MAX_SEQ,
+    MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_TEMPERATURE,
@@ -52,7 +52,7 @@ def strings(max_chars: int, *, min_size: int = 1) -> st.SearchStrategy[str]:
 
 names = strings(MAX_NAME_CHARS)
 int64s = st.integers(0, INT64_MAX)
-seqs = st.integers(0, MAX_SEQ)  # sequence numbers: a publisher's rounds
+rounds = st.integers(0, MAX_ROUND)  # a batch's round
 times = st.floats(0.0, 1e11, allow_nan=False)
 vocab_sizes = st.one_of(st.sampled_from([1, 2, 255, 256, 257, 65_535, 65_536, 65_537, 151_936, MAX_VOCAB_SIZE]),
                         st.integers(1, MAX_VOCAB_SIZE))
@@ -83,7 +83,7 @@ def batches(draw: st.DrawFn, max_groups: int = 4, max_group_size: int = 4, max_t
         group_id = f"{g}:{draw(strings(MAX_NAME_CHARS - 8, min_size=0))}"  # unique within the batch
         groups.append(Group(group_id, task, prompt, tuple(completions)))
     return RolloutBatch(
-        run_id=draw(names), peer_id=draw(names), seq=draw(seqs), created_at=draw(times),
+        run_id=draw(names), peer_id=draw(names), round=draw(rounds), created_at=draw(times),
         policy=PolicyInfo(draw(names), draw(strings(MAX_NAME_CHARS, min_size=0)), draw(st.sampled_from(ADAPTERS)),
                           draw(int64s)),
         tokenizer=TokenizerInfo(draw(names), vocab_size),
@@ -94,9 +94,9 @@ def batches(draw: st.DrawFn, max_groups: int = 4, max_group_size: int = 4, max_t
 
 
 @st.composite
-def descriptors(draw: st.DrawFn, seq: int) -> BatchDescriptor:
+def descriptors(draw: st.DrawFn, round_: int) -> BatchDescriptor:
     return BatchDescriptor(
-        seq=seq, groups=draw(st.integers(1, MAX_GROUPS)), tokens=draw(st.integers(1, MAX_BATCH_TOKENS)),
+        round=round_, groups=draw(st.integers(1, MAX_GROUPS)), tokens=draw(st.integers(1, MAX_BATCH_TOKENS)),
         bytes=draw(st.integers(1, MAX_PAYLOAD_BYTES)), sha256=hashlib.sha256(draw(st.binary(max_size=8))).digest(),
         policy_version=draw(int64s), created_at=draw(times),
     )
@@ -104,12 +104,12 @@ def descriptors(draw: st.DrawFn, seq: int) -> BatchDescriptor:
 
 @st.composite
 def announcements(draw: st.DrawFn) -> Announcement:
-    numbers = draw(st.lists(seqs, max_size=MAX_ANNOUNCED_BATCHES, unique=True))
+    numbers = draw(st.lists(rounds, max_size=MAX_ANNOUNCED_BATCHES, unique=True))
     return Announcement(
         run_id=draw(names), peer_id=draw(names), model=draw(names),
         adapter=draw(st.sampled_from(ADAPTERS)), tokenizer=draw(names), policy_version=draw(int64s),
         published_batches=draw(int64s), published_tokens=draw(int64s), updated_at=draw(times),
-        batches=tuple(draw(descriptors(seq)) for seq in numbers),
+        batches=tuple(draw(descriptors(round_)) for round_ in numbers),
     )
 
 

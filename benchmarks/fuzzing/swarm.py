@@ -9,7 +9,7 @@ it did and raises ``Violation`` (``oracle.py``) when a property breaks:
   the peer whose key is in their subkey, refuses (by owner) the other records under a valid owner key,
   ignores everything else, and its cache of owner keys stays the size of one read.
 - ``Inbox`` never raises; batches in flight or queued stay within the quota, count and byte limits;
-  each batch (peer, seq, created_at) is fetched at most once; what it remembers of refused or settled batches is
+  each batch (peer, round, created_at) is fetched at most once; what it remembers of refused or settled batches is
   forgotten within ``max_age_s + MAX_CLOCK_AHEAD_S`` (+ 1 s between prunes) of the last time it was
   considered or in flight, so its state is bounded by what peers announced in that window, whatever
   the dates they claim (a descriptor's ``created_at`` reaches 1e11, year ~5000; NaN cannot be represented:
@@ -34,7 +34,7 @@ from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
 from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected, open_payload
 from ftis.protocol import DecodeError, encode
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
-from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES, MAX_SEQ
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES, MAX_ROUND
 
 INT64_MAX = (1 << 63) - 1
 RUN_ID, TOKENIZER = "run-1", "sha256:abc"  # what ``seed_batch`` and ``seed_announcement`` carry
@@ -163,8 +163,8 @@ class InboxFuzz:
         self.clock = Clock()
         self.inbox = Inbox(RUN_ID, TOKENIZER, LIMITS, self.clock)
         self.peers = [f"peer-{p}" for p in range(peers)]
-        self.fetched: set[tuple[str, int, float]] = set()  # (peer, seq, created_at) of every batch to fetch
-        # (peer, seq) -> the last time it was considered, or seen in flight or queued
+        self.fetched: set[tuple[str, int, float]] = set()  # (peer, round, created_at) of every batch to fetch
+        # (peer, round) -> the last time it was considered, or seen in flight or queued
         self.last_active: dict[tuple[str, int], float] = {}
         self.offered: dict[tuple[str, int], BatchDescriptor] = {}  # the batches to fetch
         self.payloads: dict[tuple[str, int, float], tuple[BatchDescriptor, bytes]] = {}
@@ -172,12 +172,12 @@ class InboxFuzz:
     def _descriptor(self, rng: random.Random, peer: str) -> BatchDescriptor:
         """A descriptor that ``decode_announcement`` accepts: an honest one with real bytes, or values at
         the edges of what it allows (as a hostile peer would sign them)."""
-        seq = rng.choice([rng.randrange(20), rng.randrange(20), MAX_SEQ, rng.randrange(MAX_SEQ)])
+        round_ = rng.choice([rng.randrange(20), rng.randrange(20), MAX_ROUND, rng.randrange(MAX_ROUND)])
         if rng.random() < 0.5:
             created_at = float(int(self.clock.now) - rng.choice([0, 10, 30]))
-            return self._honest(peer, seq, created_at)[0]
+            return self._honest(peer, round_, created_at)[0]
         return BatchDescriptor(
-            seq=seq, groups=rng.choice([1, MAX_GROUPS]), tokens=rng.choice([1, MAX_BATCH_TOKENS]),
+            round=round_, groups=rng.choice([1, MAX_GROUPS]), tokens=rng.choice([1, MAX_BATCH_TOKENS]),
             bytes=rng.choice([1, LIMITS.max_bytes, LIMITS.max_bytes + 1, MAX_PAYLOAD_BYTES]),
             sha256=rng.randbytes(32), policy_version=rng.choice([0, INT64_MAX]),
             created_at=rng.choice([0.0, self.clock.now - LIMITS.max_age_s - 1, self.clock.now,
@@ -189,38 +189,38 @@ class InboxFuzz:
         descriptors = {}
         for _ in range(rng.randint(1, MAX_ANNOUNCED_BATCHES)):
             descriptor = self._descriptor(rng, peer)
-            descriptors[descriptor.seq] = descriptor
+            descriptors[descriptor.round] = descriptor
         fields = dict(peer_id=peer, run_id=rng.choice([RUN_ID, RUN_ID, "run-2"]),
                       tokenizer=rng.choice([TOKENIZER, TOKENIZER, "sha256:other"]))
         announced = replace(seed_announcement(0, **fields), batches=tuple(descriptors.values()))
         announcement = decode_announcement(encode_announcement(announced))  # only what the wire can carry
         for descriptor in announcement.batches:
-            key = (peer, descriptor.seq)
+            key = (peer, descriptor.round)
             self.last_active[key] = self.clock.now
             if self._call(self.inbox.consider, announcement, descriptor):
-                batch = (*key, descriptor.created_at)  # a peer may reuse a seq (a restart) once it is forgotten
+                batch = (*key, descriptor.created_at)  # a peer may reuse a round (a restart) once it is forgotten
                 expect(batch not in self.fetched, f"{batch} was to be fetched twice")
                 self.fetched.add(batch)
                 self.offered[key] = descriptor
         self._check_seen()
         return "inbox_announce"
 
-    def _honest(self, peer: str, seq: int, created_at: float) -> tuple[BatchDescriptor, bytes]:
-        """The honest descriptor and payload of (peer, seq, created_at), made once (making them dominates)."""
-        key = (peer, seq, created_at)
+    def _honest(self, peer: str, round_: int, created_at: float) -> tuple[BatchDescriptor, bytes]:
+        """The honest descriptor and payload of (peer, round, created_at), made once (making them dominates)."""
+        key = (peer, round_, created_at)
         if key not in self.payloads:
             if len(self.payloads) > 1000:
                 self.payloads.clear()
-            batch = seed_batch(peer_id=peer, seq=seq, created_at=created_at)
+            batch = seed_batch(peer_id=peer, round=round_, created_at=created_at)
             data = encode(batch)
-            self.payloads[key] = BatchDescriptor(seq, len(batch.groups), batch.num_completion_tokens, len(data),
+            self.payloads[key] = BatchDescriptor(round_, len(batch.groups), batch.num_completion_tokens, len(data),
                                                  hashlib.sha256(data).digest(), batch.policy.policy_version,
                                                  created_at), data
         return self.payloads[key]
 
     def _payload(self, rng: random.Random, peer: str, descriptor: BatchDescriptor) -> bytes:
         """What the peer sends when asked: the honest bytes, or corrupt ones if it announced other bytes."""
-        data = self._honest(peer, descriptor.seq, descriptor.created_at)[1]
+        data = self._honest(peer, descriptor.round, descriptor.created_at)[1]
         return data if hashlib.sha256(data).digest() == descriptor.sha256 else mutate(rng, [data])[1]
 
     def _settle(self, rng: random.Random) -> str:

@@ -80,7 +80,7 @@ class LockstepTransport:
         try:
             self._barrier.wait()
         except threading.BrokenBarrierError:
-            raise LockstepError(f"{self.peer_id}: a peer failed or stalled before publishing round {batch.seq}") \
+            raise LockstepError(f"{self.peer_id}: a peer failed or stalled before publishing round {batch.round}") \
                 from None
         return descriptor
 

@@ -22,12 +22,12 @@ from ftis.node.runner.writer import BackgroundWriter
 from ftis.node.swarm.transport import ReceivedBatch
 from ftis.node.trainer.wire_groups import decode_groups
 
-BatchKey = tuple[str, int]  # (peer id, sequence number): one batch (a peer's batch arrives at most once)
+BatchKey = tuple[str, int]  # (peer id, round): one batch (a peer's batch arrives at most once)
 Texts = dict[BatchKey, list[list[str] | None]]  # each group's completion texts (None: not decoded)
 
 
 def batch_key(item: ReceivedBatch) -> BatchKey:
-    return item.peer_id, item.batch.seq
+    return item.peer_id, item.batch.round
 
 
 class HelperThreads:

@@ -251,7 +251,7 @@ class Node:
         batch = RolloutBatch(
             run_id=self.config.swarm.run_id,
             peer_id=self.transport.peer_id,
-            seq=self.round,
+            round=self.round,
             created_at=time.time(),
             policy=PolicyInfo(self.policy.name, self.policy.revision or "", self.policy.adapter,
                               self.trainer.policy_version),

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from ftis.node.config import NodeConfig
 from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.transport import ReceivedBatch, Transport
-from ftis.protocol.limits import MAX_SEQ
+from ftis.protocol.limits import MAX_ROUND
 
 # A live peer that missed this many deadlines in a row is not waited for until it delivers again.
 MISSED_ROUNDS_IGNORED = 2
-# ...and no node jumps past this round, whoever claims it: half the protocol's range (MAX_SEQ / 2 rounds, 17,000
+# ...and no node jumps past this round, whoever claims it: half the protocol's range (MAX_ROUND / 2 rounds, 17,000
 # years at a round a second), so a node can always publish the rounds after it.
-MAX_JUMP_ROUND = MAX_SEQ // 2
+MAX_JUMP_ROUND = MAX_ROUND // 2
 _POLL_S = 0.05  # how often the local inbox is checked while waiting (no network call)
 _REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
 
@@ -37,8 +37,8 @@ class LaterRounds:
     def take(self, received: list[ReceivedBatch], round_: int) -> list[ReceivedBatch]:
         """The batches of round ``round_`` or earlier among those held and ``received``; later ones are held."""
         pending = [*self._held, *received]
-        self._held = [item for item in pending if item.batch.seq > round_]
-        return [item for item in pending if item.batch.seq <= round_]
+        self._held = [item for item in pending if item.batch.round > round_]
+        return [item for item in pending if item.batch.round <= round_]
 
     def __len__(self) -> int:
         return len(self._held)
@@ -89,7 +89,7 @@ class RoundsBarrier:
 
     def _note(self, received: list[ReceivedBatch]) -> None:
         for item in received:
-            self._latest[item.peer_id] = max(item.batch.seq, self._latest.get(item.peer_id, -1))
+            self._latest[item.peer_id] = max(item.batch.round, self._latest.get(item.peer_id, -1))
             self._missed.pop(item.peer_id, None)
 
     def _live_peers(self) -> set[str]:

@@ -12,7 +12,7 @@ the peer's latest announcement still lists the batch, it is within the max age a
 muted: a stalling peer costs one deadline per attempt and is asked again only after the backoff. A
 payload refused on its contents (too large, wrong hash, undecodable) is never asked for again.
 
-Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the sequence number (8 bytes,
+Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's round (8 bytes,
 big-endian); the server answers with the payload's length (8 bytes, big-endian; 0 when it no
 longer holds that batch), then the payload. The fetcher refuses a length above the announced size
 before reading the body, then checks size, SHA-256 and strict decode (``open_payload``).
@@ -64,7 +64,7 @@ from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 
 logger = logging.getLogger(__name__)
 
-_HEADER = 8  # bytes of a sequence number or a length on the stream
+_HEADER = 8  # bytes of a round or a length on the stream
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
 _SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
 _WRITE_SLICE = 64 * 1024  # a served payload goes out in slices of this many bytes, each awaited
@@ -141,7 +141,7 @@ class HivemindTransport:
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
         self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock, reputation=config.reputation())
         self._members: dict[str, Member] = {}
-        self._listed: dict[str, frozenset[int]] = {}  # peer id -> sequence numbers its latest announcement lists
+        self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
         self._directory = Directory()
         self._closed = False
         self._serves_turned_away = self._announce_failures = self._poll_failures = 0  # the network thread counts
@@ -324,7 +324,7 @@ class HivemindTransport:
             if announcement.peer_id == self._peer_id or not self._inbox.admit_announcement(announcement, record):
                 continue
             members[announcement.peer_id] = member_of(announcement)
-            self._listed[announcement.peer_id] = frozenset(descriptor.seq for descriptor in announcement.batches)
+            self._listed[announcement.peer_id] = frozenset(descriptor.round for descriptor in announcement.batches)
             for descriptor in announcement.batches:
                 if self._inbox.consider(announcement, descriptor):
                     task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
@@ -345,7 +345,7 @@ class HivemindTransport:
                 batch = open_payload(descriptor, data)
             except Rejected as rejected:  # the peer answered, and the answer is final
                 self._inbox.fail(peer_id, descriptor, rejected.reason)
-                logger.info("refused batch %s of %s: %s", descriptor.seq, peer_id, rejected)
+                logger.info("refused batch %s of %s: %s", descriptor.round, peer_id, rejected)
                 return
             except asyncio.CancelledError:
                 self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
@@ -354,13 +354,13 @@ class HivemindTransport:
                 failure = f"{type(error).__name__}: {error}"
                 if attempt < self._config.fetch_retries and self._still_offered(peer_id, descriptor):
                     delay = retry_delay(self._config.fetch_retry_backoff_s, attempt)
-                    logger.info("fetching batch %s of %s failed (%s); retrying in %.1f s", descriptor.seq, peer_id,
+                    logger.info("fetching batch %s of %s failed (%s); retrying in %.1f s", descriptor.round, peer_id,
                                 failure, delay)
                     attempt += 1
                     await asyncio.sleep(delay)
                     continue
                 self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
-                logger.info("fetching batch %s of %s failed after %d attempts: %s", descriptor.seq, peer_id,
+                logger.info("fetching batch %s of %s failed after %d attempts: %s", descriptor.round, peer_id,
                             attempt + 1, failure)
                 return
             self._inbox.deliver(peer_id, descriptor, batch, len(data), lateness)
@@ -369,13 +369,13 @@ class HivemindTransport:
     def _still_offered(self, peer_id: str, descriptor: BatchDescriptor) -> bool:
         """Worth another attempt: the peer's latest announcement lists the batch, it is not stale, and the
         peer was not muted meanwhile."""
-        return (descriptor.seq in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
+        return (descriptor.round in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
                 and not self._inbox.muted(peer_id))
 
     async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> bytes:
         _, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
         try:
-            writer.write(descriptor.seq.to_bytes(_HEADER, "big"))
+            writer.write(descriptor.round.to_bytes(_HEADER, "big"))
             await writer.drain()
             length = int.from_bytes(await reader.readexactly(_HEADER), "big")
             if length == 0:

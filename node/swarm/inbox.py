@@ -3,7 +3,7 @@
 For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen,
 from another run, older than the max age, another tokenizer, over the peer's quota or the buffer's
 bound. After a fetch, ``deliver`` checks that the decoded batch is the one announced (same peer,
-run, sequence number, tokenizer) and queues it; ``drain`` hands queued batches to the trainer.
+run, round, tokenizer) and queues it; ``drain`` hands queued batches to the trainer.
 Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
 number) is considered once, so a batch is delivered at most once and a refused one is not asked for
 again (a transport may retry a fetch that failed in transit before it reports the failure).
@@ -40,7 +40,7 @@ TOO_LARGE = "too_large"  # announced or sent more bytes than allowed
 FETCH_FAILED = "fetch_failed"  # unreachable, stalled past the deadline, or closed the stream early
 HASH_MISMATCH = "hash_mismatch"
 DECODE_ERROR = "decode_error"
-NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but not the batch announced: peer, run, seq, tokenizer,
+NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but not the batch announced: peer, run, round, tokenizer,
 # creation time, groups, tokens or policy version differ
 BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key than its peer id's
 # Found by the node once a delivered batch is scored (``report_fault``): a group names one of the node's
@@ -79,11 +79,11 @@ class Inbox:
         self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
         self._reputation = Reputation(reputation if reputation is not None else SwarmConfig().reputation())
         self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, seq) -> created_at
+        self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, round) -> created_at
         # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered
         # already (or is stale anyway), so a publisher still listing it is not counted again each poll
         self._forgotten: dict[str, float] = {}
-        self._pending: dict[tuple[str, int], int] = {}  # (peer, seq) -> bytes, in flight or queued
+        self._pending: dict[tuple[str, int], int] = {}  # (peer, round) -> bytes, in flight or queued
         self._in_flight: set[tuple[str, int]] = set()
         # Refused only for lack of room (quota, buffer): counted once, asked again once room frees.
         self._deferred: set[tuple[str, int]] = set()
@@ -93,9 +93,9 @@ class Inbox:
         self._stats = TransportStats()
 
     def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
-        """Whether to fetch this announced batch now. Each (peer, seq) gets one final answer; a batch
+        """Whether to fetch this announced batch now. Each (peer, round) gets one final answer; a batch
         refused only for lack of room is asked about again on later polls, and counted once."""
-        key = (announcement.peer_id, descriptor.seq)
+        key = (announcement.peer_id, descriptor.round)
         with self._lock:
             now = self._clock()
             if now >= self._next_prune:  # at most once a second: a poll considers every listed batch
@@ -143,12 +143,12 @@ class Inbox:
         """Queue a fetched, decoded batch if it is the one that was announced. ``lateness``, in [0, 1]: how far
         into the second half of its fetch deadline it arrived (0 within the first half, 1 at the deadline); a
         late delivery is partial evidence, that share of it counting as a failed fetch (and as ``SLOW``)."""
-        key = (peer_id, descriptor.seq)
+        key = (peer_id, descriptor.round)
         with self._lock:
             if key not in self._in_flight:
                 return False  # not considered, or already settled
             self._in_flight.discard(key)
-            matches = (batch.peer_id == peer_id and batch.seq == descriptor.seq and batch.run_id == self._run_id
+            matches = (batch.peer_id == peer_id and batch.round == descriptor.round and batch.run_id == self._run_id
                        and batch.tokenizer.fingerprint == self._tokenizer and batch.created_at == descriptor.created_at
                        and len(batch.groups) == descriptor.groups and batch.num_completion_tokens == descriptor.tokens
                        and batch.policy.policy_version == descriptor.policy_version)
@@ -176,7 +176,7 @@ class Inbox:
 
     def fail(self, peer_id: str, descriptor: BatchDescriptor, reason: str) -> None:
         """A considered batch that could not be fetched or checked: counted, not asked for again."""
-        key = (peer_id, descriptor.seq)
+        key = (peer_id, descriptor.round)
         with self._lock:
             if key in self._in_flight:
                 self._in_flight.discard(key)
@@ -229,7 +229,7 @@ class Inbox:
             count = len(self._queue) if max_batches is None else min(max_batches, len(self._queue))
             batches = [self._queue.popleft() for _ in range(count)]
             for received in batches:  # leaving the queue frees the peer's quota and the buffer
-                self._pending.pop((received.peer_id, received.batch.seq), None)
+                self._pending.pop((received.peer_id, received.batch.round), None)
             return batches
 
     def stats(self) -> TransportStats:

@@ -48,10 +48,10 @@ class MemoryHub:
                   if (a := outbox.announcement()) is not None}
         return {**result, **forged}
 
-    def fetch(self, peer_id: str, seq: int) -> bytes | None:
+    def fetch(self, peer_id: str, round_: int) -> bytes | None:
         with self._lock:
             outbox = self._peers.get(peer_id)
-        return outbox.payload(seq) if outbox is not None else None
+        return outbox.payload(round_) if outbox is not None else None
 
 
 class MemoryTransport:
@@ -97,7 +97,7 @@ class MemoryTransport:
         pass  # receive reads the hub's announcements itself
 
     def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
-        data = self._hub.fetch(peer_id, descriptor.seq)
+        data = self._hub.fetch(peer_id, descriptor.round)
         if data is None:
             self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
             return

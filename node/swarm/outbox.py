@@ -21,21 +21,21 @@ class Outbox:
             raise ValueError(f"keep must be in [1, {MAX_ANNOUNCED_BATCHES}], got {keep}")
         self._run_id, self._peer_id, self._keep, self._clock = run_id, peer_id, keep, clock
         self._lock = threading.Lock()
-        self._payloads: OrderedDict[int, tuple[BatchDescriptor, bytes]] = OrderedDict()  # seq -> (descriptor, bytes)
+        self._payloads: OrderedDict[int, tuple[BatchDescriptor, bytes]] = OrderedDict()  # round -> (descriptor, bytes)
         self._latest: RolloutBatch | None = None
         self._published_batches = self._published_tokens = self._published_bytes = 0
 
     def add(self, batch: RolloutBatch) -> BatchDescriptor:
-        """Encode ``batch`` (it must be this node's, for this run, with a new sequence number)."""
+        """Encode ``batch`` (it must be this node's, for this run, with a round above the last one)."""
         if batch.peer_id != self._peer_id or batch.run_id != self._run_id:
             raise ValueError(f"batch of peer {batch.peer_id!r}, run {batch.run_id!r}: this node is "
                              f"{self._peer_id!r} in run {self._run_id!r}")
         data = encode(batch)
         descriptor = describe(batch, data)
         with self._lock:
-            if batch.seq in self._payloads or (self._payloads and batch.seq < next(reversed(self._payloads))):
-                raise ValueError(f"sequence number {batch.seq} is not above the last one published")
-            self._payloads[batch.seq] = (descriptor, data)
+            if batch.round in self._payloads or (self._payloads and batch.round < next(reversed(self._payloads))):
+                raise ValueError(f"round {batch.round} is not above the last one published")
+            self._payloads[batch.round] = (descriptor, data)
             while len(self._payloads) > self._keep:
                 self._payloads.popitem(last=False)
             self._latest = batch
@@ -44,9 +44,9 @@ class Outbox:
             self._published_bytes += descriptor.bytes
         return descriptor
 
-    def payload(self, seq: int) -> bytes | None:
+    def payload(self, round_: int) -> bytes | None:
         with self._lock:
-            entry = self._payloads.get(seq)
+            entry = self._payloads.get(round_)
             return entry[1] if entry else None
 
     def announcement(self) -> Announcement | None:
@@ -78,7 +78,7 @@ class Outbox:
 def describe(batch: RolloutBatch, data: bytes) -> BatchDescriptor:
     """What an announcement says about ``batch``, whose encoded form is ``data``."""
     return BatchDescriptor(
-        seq=batch.seq,
+        round=batch.round,
         groups=len(batch.groups),
         tokens=batch.num_completion_tokens,
         bytes=len(data),

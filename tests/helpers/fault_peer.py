@@ -6,10 +6,10 @@ Run (from tests/): python -m helpers.fault_peer --peer MADDR --run-id RUN [--gro
 
 Joins through ``--peer`` as a ``HivemindTransport`` on 127.0.0.1 and prints ``peer <peer id>``; then for
 each line on its stdin publishes a batch (``--groups`` groups of ``--group-size`` completions; sequence
-numbers 0, 1, ...) and prints ``published <seq>``. It renews its announcement and serves its batches
+numbers 0, 1, ...) and prints ``published <round>``. It renews its announcement and serves its batches
 until it is stopped or its stdin closes. With ``--chunk-pause`` it serves like a peer on a slow uplink:
-the payload in 16 KiB chunks with that pause between them, printing ``serving <seq> to <peer id>`` once
-the first chunk is out and ``served <seq> to <peer id>`` after the last, so a test can kill it
+the payload in 16 KiB chunks with that pause between them, printing ``serving <round> to <peer id>`` once
+the first chunk is out and ``served <round> to <peer id>`` after the last, so a test can kill it
 mid-transfer. SIGTERM shuts it down cleanly.
 """
 
@@ -46,10 +46,10 @@ def main() -> None:
         if args.chunk_pause > 0:
             _serve_slowly(transport, args.chunk_pause)
         print(f"peer {transport.peer_id}", flush=True)
-        for seq, _ in enumerate(sys.stdin):  # (what its peers send fills its buffer, then waits: no matter)
-            transport.publish(make_batch(transport.peer_id, seq, get_dht_time(), run_id=args.run_id,
+        for round_, _ in enumerate(sys.stdin):  # (what its peers send fills its buffer, then waits: no matter)
+            transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id,
                                          groups=args.groups, group_size=args.group_size))
-            print(f"published {seq}", flush=True)
+            print(f"published {round_}", flush=True)
     except (KeyboardInterrupt, Terminated):
         pass
     finally:
@@ -62,17 +62,17 @@ def _serve_slowly(transport, pause_s: float) -> None:
 
     async def serve(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            seq = int.from_bytes(await reader.readexactly(8), "big")
+            round_ = int.from_bytes(await reader.readexactly(8), "big")
             fetcher = info.peer_id.to_base58()
-            payload = transport._outbox.payload(seq) or b""
+            payload = transport._outbox.payload(round_) or b""
             writer.write(len(payload).to_bytes(8, "big"))
             for start in range(0, len(payload), CHUNK_BYTES):
                 writer.write(payload[start:start + CHUNK_BYTES])
                 await writer.drain()
                 if start == 0:
-                    print(f"serving {seq} to {fetcher}", flush=True)
+                    print(f"serving {round_} to {fetcher}", flush=True)
                 await asyncio.sleep(pause_s)
-            print(f"served {seq} to {fetcher}", flush=True)
+            print(f"served {round_} to {fetcher}", flush=True)
         finally:
             writer.close()
 

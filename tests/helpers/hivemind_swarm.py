@@ -28,7 +28,7 @@ from helpers.swarm import TOKENIZER, ShiftedClock, make_batch
 DEADLINE_S = 60.0  # the longest any wait may take; waits end as soon as their condition holds
 JOIN_DEADLINE_S = 90.0  # a new process imports torch first: ~3 s idle, far longer on a loaded machine
 
-# (peer id, seq, created_at, run_id=...) -> a batch of that peer: ``helpers.swarm.make_batch`` or alike
+# (peer id, round, created_at, run_id=...) -> a batch of that peer: ``helpers.swarm.make_batch`` or alike
 BatchBuilder = Callable[..., RolloutBatch]
 
 
@@ -39,12 +39,12 @@ class Peer:
         self.transport, self.clock, self.run_id = transport, clock, run_id
         self.peer_id = transport.peer_id
         self.log: list[ReceivedBatch] = []  # in order of delivery
-        self.next_seq = 0
+        self.next_round = 0
 
     def publish(self, created_at: float | None = None, build: BatchBuilder = make_batch) -> RolloutBatch:
-        batch = build(self.peer_id, self.next_seq, get_dht_time() if created_at is None else created_at,
+        batch = build(self.peer_id, self.next_round, get_dht_time() if created_at is None else created_at,
                       run_id=self.run_id)
-        self.next_seq += 1
+        self.next_round += 1
         self.transport.publish(batch)
         return batch
 
@@ -52,8 +52,8 @@ class Peer:
         self.log += self.transport.receive()
 
     def got(self, peer_id: str) -> list[int]:
-        """Sequence numbers delivered from ``peer_id``, in order, repeats included."""
-        return [r.batch.seq for r in self.log if r.peer_id == peer_id]
+        """The rounds of the batches delivered from ``peer_id``, in order, repeats included."""
+        return [r.batch.round for r in self.log if r.peer_id == peer_id]
 
     def rejections(self, peer_id: str) -> dict[str, int]:
         return rejections_of(self.transport, peer_id)

@@ -3,7 +3,7 @@
 It is a real ``HivemindTransport`` (its own DHT peer, its signed announcement subkey, the run's stream
 handler name) whose announcer and poller are stopped and whose stream handler is replaced, so the
 outbox's own checks are bypassed: a test publishes any payload bytes under a validly signed
-announcement (``publish``), with any descriptor fields (counts, sizes, sequence numbers, creation
+announcement (``publish``), with any descriptor fields (counts, sizes, rounds, creation
 times), stores any announcement record at all (``store``, ``forged_record``), replays another peer's
 payload as its own, floods the DHT with announcements, and answers each fetch as a ``Behaviour``
 scripts it (honestly, tampered, stalled, over-long...). ``requests`` says who asked for what, when.
@@ -30,9 +30,9 @@ from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
 from helpers.hivemind_swarm import DEADLINE_S, BatchBuilder, Peer
 from helpers.swarm import make_batch
 
-# (fetcher's peer id, reader, writer, the payload published under the requested seq): answers one request
+# (fetcher's peer id, reader, writer, the payload published under the requested round): answers one request
 Behaviour = Callable[[str, asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
-_HEADER = 8  # bytes of a sequence number or a length on the stream (hivemind_transport.py)
+_HEADER = 8  # bytes of a round or a length on the stream (hivemind_transport.py)
 
 
 async def until_hung_up(reader: asyncio.StreamReader) -> None:
@@ -111,11 +111,11 @@ class HostilePeer:
         self.peer, self.peer_id, self.run_id, self.tokenizer = peer, peer.peer_id, peer.run_id, tokenizer
         self._transport = transport
         self._ttl = transport._config.announcement_ttl_s
-        self.listed: OrderedDict[int, BatchDescriptor] = OrderedDict()  # seq -> what the announcements say
+        self.listed: OrderedDict[int, BatchDescriptor] = OrderedDict()  # round -> what the announcements say
         self.payloads: dict[int, bytes] = {}
         self.behaviours: dict[int, Behaviour] = {}
-        self.requests: dict[tuple[str, int], list[float]] = {}  # (fetcher, seq) -> time.monotonic() of each
-        self.next_seq = 0
+        self.requests: dict[tuple[str, int], list[float]] = {}  # (fetcher, round) -> time.monotonic() of each
+        self.next_round = 0
         self.stores = 0  # announcement records the DHT accepted
         self._expires = 0.0
         asyncio.run_coroutine_threadsafe(self._take_over(), transport._loop).result(10)
@@ -131,7 +131,7 @@ class HostilePeer:
     # ------------------------------------------------------------------ what it says
 
     def describe(self, data: bytes, **changes: object) -> BatchDescriptor:
-        """A descriptor of ``data`` under the next sequence number: its true counts when it decodes, then
+        """A descriptor of ``data`` under the next round: its true counts when it decodes, then
         ``changes`` (any field, any value)."""
         try:
             batch = decode(data)
@@ -139,7 +139,7 @@ class HostilePeer:
                           policy_version=batch.policy.policy_version, created_at=batch.created_at)
         except DecodeError:
             counts = dict(groups=1, tokens=1, policy_version=0, created_at=get_dht_time())
-        descriptor = BatchDescriptor(seq=self.next_seq, bytes=len(data), sha256=hashlib.sha256(data).digest(),
+        descriptor = BatchDescriptor(round=self.next_round, bytes=len(data), sha256=hashlib.sha256(data).digest(),
                                      **counts)
         return replace(descriptor, **changes)
 
@@ -147,17 +147,17 @@ class HostilePeer:
         """List ``data`` in a new signed announcement (``describe(data, **changes)``) and serve it with
         ``behaviour``; returns the descriptor announced."""
         descriptor = self.describe(data, **changes)
-        self.listed[descriptor.seq] = descriptor
-        self.listed.move_to_end(descriptor.seq)
-        self.payloads[descriptor.seq], self.behaviours[descriptor.seq] = data, behaviour
-        self.next_seq = max(self.next_seq, descriptor.seq + 1)
+        self.listed[descriptor.round] = descriptor
+        self.listed.move_to_end(descriptor.round)
+        self.payloads[descriptor.round], self.behaviours[descriptor.round] = data, behaviour
+        self.next_round = max(self.next_round, descriptor.round + 1)
         self.store(encode_announcement(self.announcement()))
         return descriptor
 
     def offer(self, behaviour: Behaviour = serves, build: BatchBuilder = make_batch) -> int:
-        """Publish a valid batch of this peer, served by ``behaviour``; returns its sequence number."""
-        batch = build(self.peer_id, self.next_seq, get_dht_time(), run_id=self.run_id)
-        return self.publish(encode(batch), behaviour).seq
+        """Publish a valid batch of this peer, served by ``behaviour``; returns its round."""
+        batch = build(self.peer_id, self.next_round, get_dht_time(), run_id=self.run_id)
+        return self.publish(encode(batch), behaviour).round
 
     def announcement(self, **changes: object) -> Announcement:
         """What an honest peer would announce for the newest listed batches, then ``changes``."""
@@ -198,19 +198,20 @@ class HostilePeer:
 
     # ------------------------------------------------------------------ what it serves
 
-    def asked(self, fetcher: str, seq: int) -> list[float]:
-        """When ``fetcher`` asked for batch ``seq`` (a copy: this peer's loop appends to the original)."""
-        return list(self.requests.get((fetcher, seq), []))
+    def asked(self, fetcher: str, round_: int) -> list[float]:
+        """When ``fetcher`` asked for the batch of round ``round_`` (a copy: this peer's loop appends to the
+        original)."""
+        return list(self.requests.get((fetcher, round_), []))
 
-    def askers(self, seq: int) -> set[str]:
-        return {fetcher for fetcher, asked in list(self.requests) if asked == seq}
+    def askers(self, round_: int) -> set[str]:
+        return {fetcher for fetcher, asked in list(self.requests) if asked == round_}
 
     async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            seq = int.from_bytes(await reader.readexactly(_HEADER), "big")
+            round_ = int.from_bytes(await reader.readexactly(_HEADER), "big")
             fetcher = info.peer_id.to_base58()
-            self.requests.setdefault((fetcher, seq), []).append(time.monotonic())
-            await self.behaviours.get(seq, serves)(fetcher, reader, writer, self.payloads.get(seq, b""))
+            self.requests.setdefault((fetcher, round_), []).append(time.monotonic())
+            await self.behaviours.get(round_, serves)(fetcher, reader, writer, self.payloads.get(round_, b""))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:

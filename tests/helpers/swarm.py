@@ -62,7 +62,7 @@ class ShiftedClock:
 
 def make_batch(
     peer_id: str,
-    seq: int,
+    round_: int,
     created_at: float = T0,
     *,
     run_id: str = RUN_ID,
@@ -73,9 +73,9 @@ def make_batch(
     groups: int = 2,
     group_size: int = 3,
 ) -> RolloutBatch:
-    """A valid batch whose contents depend only on (peer_id, seq): token ids below ``VOCAB_SIZE``,
+    """A valid batch whose contents depend only on (peer_id, round): token ids below ``VOCAB_SIZE``,
     log-probs ≤ 0 on the wire's grid, completions of 1 to 8 tokens."""
-    rng = np.random.default_rng(zlib.crc32(f"{peer_id}/{seq}".encode()))  # str hash() is salted per process
+    rng = np.random.default_rng(zlib.crc32(f"{peer_id}/{round_}".encode()))  # str hash() is salted per process
     built = []
     for g in range(groups):
         completions = []
@@ -88,12 +88,12 @@ def make_batch(
                 finish_reason=FINISH_REASONS[c % len(FINISH_REASONS)],
             ))
         prompt_ids = rng.integers(0, VOCAB_SIZE, int(rng.integers(1, 6)))
-        built.append(Group(f"{peer_id}/{seq}/{g}", TaskRef("arith", "train", 10 * seq + g, str(g)), prompt_ids,
+        built.append(Group(f"{peer_id}/{round_}/{g}", TaskRef("arith", "train", 10 * round_ + g, str(g)), prompt_ids,
                            tuple(completions)))
     return RolloutBatch(
         run_id=run_id,
         peer_id=peer_id,
-        seq=seq,
+        round=round_,
         created_at=created_at,
         policy=PolicyInfo(model, "", adapter, policy_version),
         tokenizer=TokenizerInfo(tokenizer, VOCAB_SIZE),

@@ -3,7 +3,7 @@
 Run (from tests/): python -m helpers.swarm_peer --peer MADDR --run-id RUN [--interval 0.3]
 
 Joins through ``--peer`` as a ``HivemindTransport`` on 127.0.0.1 with the short intervals of the
-hivemind tests, prints ``peer <peer id>`` once it is in, then publishes a small batch (seq 0, 1, ...)
+hivemind tests, prints ``peer <peer id>`` once it is in, then publishes a small batch (round 0, 1, ...)
 every ``--interval`` seconds and drains what it receives, until it is killed. SIGTERM shuts it
 down cleanly; SIGKILL leaves its DHT process and ``p2pd`` behind, which the test then reaps.
 """
@@ -35,10 +35,10 @@ def main() -> None:
     transport = HivemindTransport(config, TOKENIZER)
     try:
         print(f"peer {transport.peer_id}", flush=True)
-        seq = 0
+        round_ = 0
         while True:
-            transport.publish(make_batch(transport.peer_id, seq, get_dht_time(), run_id=args.run_id))
-            seq += 1
+            transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id))
+            round_ += 1
             time.sleep(args.interval)
             transport.receive()
     except (KeyboardInterrupt, Terminated):
