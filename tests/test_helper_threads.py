@@ -14,14 +14,14 @@ from ftis.node.trainer.wire_groups import decode_groups, score_batch
 from ftis.protocol import decode, encode
 
 
-def run_pair(overlap: HelperThreads | None, rounds: int = 3) -> list[tuple]:
+def run_pair(helpers: HelperThreads | None, rounds: int = 3) -> list[tuple]:
     hub = MemoryHub()
     nodes = [make_node(hub, "small", "tiny-small", "full", seed=1), make_node(hub, "medium", "tiny-medium", seed=2)]
     try:
-        reports = [node.run_round(helpers=overlap) for _ in range(rounds) for node in nodes]
+        reports = [node.run_round(helpers=helpers) for _ in range(rounds) for node in nodes]
     finally:
-        if overlap is not None:
-            overlap.close()
+        if helpers is not None:
+            helpers.close()
         for node in nodes:
             node.transport.close()
     return [(r.round, r.own_reward, None if math.isnan(r.peer_reward) else r.peer_reward, r.own_groups,
@@ -42,11 +42,11 @@ class CountingHelperThreads(HelperThreads):
 
 
 def test_a_round_with_helper_threads_matches_one_without():
-    overlap = CountingHelperThreads()
-    plain, overlapped = run_pair(None), run_pair(overlap)
+    helpers = CountingHelperThreads()
+    plain, threaded = run_pair(None), run_pair(helpers)
     assert sum(r[4] for r in plain) > 0 and any(r[2] is not None for r in plain)  # peers' groups were scored
-    assert overlap.decoded_ahead >= 4  # the peer's batch of the round before, each round but the first node's first
-    assert overlapped == plain
+    assert helpers.decoded_ahead >= 4  # the peer's batch of the round before, each round but the first node's first
+    assert threaded == plain
 
 
 def test_texts_decoded_ahead_score_like_texts_decoded_in_place():
@@ -70,10 +70,10 @@ def test_a_failed_publish_stops_the_round_with_its_error():
         raise ValueError(f"round {batch.round} is not above the last one published")
 
     node.transport.publish = refuse
-    overlap = HelperThreads()
+    helpers = HelperThreads()
     try:
         with pytest.raises(ValueError, match="not above the last one"):
-            node.run_round(helpers=overlap)
+            node.run_round(helpers=helpers)
     finally:
-        overlap.close()  # raised once already: close does not raise it again
+        helpers.close()  # raised once already: close does not raise it again
         node.transport.close()

@@ -10,7 +10,7 @@ COLUMNS = CompletionColumns(np.array([1, 2]), np.array([-0.1, -0.2], np.float32)
                             ("stop", "stop"))
 
 
-def candidate(peer: str, created_at: float, rewards: tuple[float, float] = (1.0, 0.0)) -> DatedGroup:
+def dated(peer: str, created_at: float, rewards: tuple[float, float] = (1.0, 0.0)) -> DatedGroup:
     group = TrainingGroup(f"{peer}-{created_at}", peer, np.array([1]), COLUMNS, np.array(rewards), True, 1.0)
     return DatedGroup(group, created_at)
 
@@ -20,35 +20,35 @@ def names(chosen: list[DatedGroup]) -> list[str]:
 
 
 def test_peers_take_turns_freshest_first():
-    chatty = [candidate("a", t) for t in (1.0, 2.0, 3.0, 4.0)]
-    quiet = [candidate("b", 2.5), candidate("c", 0.5)]
+    chatty = [dated("a", t) for t in (1.0, 2.0, 3.0, 4.0)]
+    quiet = [dated("b", 2.5), dated("c", 0.5)]
     chosen = select_peer_groups([*chatty, *quiet], limit=4)
     # a has the freshest group (4.0) so it goes first; then b, then c, then a again
     assert names(chosen) == ["a-4.0", "b-2.5", "c-0.5", "a-3.0"]
 
 
 def test_limit_and_fewer_candidates():
-    candidates = [candidate("a", 1.0), candidate("b", 2.0)]
-    assert names(select_peer_groups(candidates, limit=1)) == ["b-2.0"]
-    assert len(select_peer_groups(candidates, limit=10)) == 2
+    groups = [dated("a", 1.0), dated("b", 2.0)]
+    assert names(select_peer_groups(groups, limit=1)) == ["b-2.0"]
+    assert len(select_peer_groups(groups, limit=10)) == 2
     assert select_peer_groups([], limit=3) == []
-    assert select_peer_groups(candidates, limit=0) == []
+    assert select_peer_groups(groups, limit=0) == []
 
 
 def test_groups_without_reward_variance_take_no_place():
     # Four fresh groups that teach nothing (all correct) and four older ones that do: with room for four, the
     # informative ones are chosen, however fresh the others are.
-    flat = [candidate("a", 10.0 + t, rewards=(1.0, 1.0)) for t in range(4)]
-    informative = [candidate("a", float(t)) for t in range(4)]
+    flat = [dated("a", 10.0 + t, rewards=(1.0, 1.0)) for t in range(4)]
+    informative = [dated("a", float(t)) for t in range(4)]
     assert names(select_peer_groups([*flat, *informative], limit=4)) == ["a-3.0", "a-2.0", "a-1.0", "a-0.0"]
-    # In horizontal grouping a group is judged with the other nodes' groups of its prompt: all stay candidates.
+    # In horizontal grouping a group is judged with the other nodes' groups of its prompt: all stay groups.
     assert names(select_peer_groups([*flat, *informative], limit=4, vertical=False)) == [
         "a-13.0", "a-12.0", "a-11.0", "a-10.0"]
 
 
 def test_one_peer_gives_at_most_its_share_of_the_limit():
-    alone = [candidate("a", float(t)) for t in range(8)]
+    alone = [dated("a", float(t)) for t in range(8)]
     assert names(select_peer_groups(alone, limit=4, share=0.5)) == ["a-7.0", "a-6.0"]
     assert len(select_peer_groups(alone, limit=5, share=0.5)) == 3  # rounded up
-    both = [*alone, candidate("b", 0.5)]
+    both = [*alone, dated("b", 0.5)]
     assert names(select_peer_groups(both, limit=4, share=0.5)) == ["a-7.0", "b-0.5", "a-6.0"]
