@@ -165,7 +165,8 @@ class HivemindTransport:
 
     @property
     def visible_maddrs(self) -> list[str]:
-        return [str(maddr) for maddr in self._dht.get_visible_maddrs()]
+        """Where peers reach this node now: behind a NAT, ``<relay>/p2p-circuit/p2p/<us>`` once a slot is held."""
+        return [str(maddr) for maddr in self._dht.get_visible_maddrs(latest=True)]
 
     def publish(self, batch: RolloutBatch) -> BatchDescriptor:
         self._check_open()
