@@ -8,6 +8,8 @@ so the fetch path is the same for every member. Measured across network namespac
 router (tests/test_nat.py), hivemind 1.1.12:
 
 - A relay serves only while its reachability is public: the bootstrap forces it (``forceReachabilityPublic``).
+- Every p2pd relays for others by default, ``-relayService=0 -relay=0`` included (go-libp2p's default service):
+  a relay is off only as a service that admits no reservation and no circuit.
 - The relayed node reserves at once only with ``-autoRelay -relayDiscovery=0 -trustedRelays=<relays>``:
   with discovery on (hivemind's only choice), libp2p waits for 4 candidates or 3 minutes.
 - A relay's circuit addresses are advertised only from its *public* addresses (not 10/8, 192.168/16...).
@@ -42,12 +44,12 @@ def p2p_options(config: SwarmConfig) -> dict[str, Any]:
 
 def p2pd_flags(config: SwarmConfig) -> list[str]:
     """``p2pd`` options hivemind does not pass: static relays without discovery, the relay service's bounds."""
-    flags = [f"-relayService={int(config.relay_service)}"]
-    if config.relay_service:
-        flags += [f"-relayMaxReservations={config.relay_max_reservations}",
-                  f"-relayMaxCircuits={config.relay_max_circuits}",
-                  f"-relayDataLimit={config.relay_data_limit_bytes}",
-                  f"-relayTimeLimit={int(config.relay_time_limit_s)}s"]
+    # -relayService=0 (and even -relay=0) leaves go-libp2p's own default relay service running (measured: a
+    # bootstrap started so still gave reservations), so "off" is the service with room for nobody.
+    reservations, circuits = (config.relay_max_reservations, config.relay_max_circuits) if config.relay_service \
+        else (0, 0)
+    flags = ["-relayService=1", f"-relayMaxReservations={reservations}", f"-relayMaxCircuits={circuits}",
+             f"-relayDataLimit={config.relay_data_limit_bytes}", f"-relayTimeLimit={int(config.relay_time_limit_s)}s"]
     relays = relays_of(config)
     if relays and config.reachability != "public" and not config.client_mode:
         flags += ["-relayDiscovery=0", f"-trustedRelays={','.join(relays)}"]
