@@ -103,14 +103,18 @@ def bootstrap_command(
     run_id: RunId = None,
     shards: Shards = None,
     log_interval: Annotated[float, typer.Option("--log-interval", help="Seconds between peer counts.")] = 30.0,
+    no_relay: Annotated[bool, typer.Option(
+        "--no-relay", help="Offer no relay: members behind a NAT then need another relay, or cannot be fetched from.")
+    ] = False,
 ) -> None:
-    """Run a DHT-only entry peer and print the addresses nodes join with. Ctrl-C or SIGTERM stops it."""
+    """Run a DHT-only entry peer (and relay, docs/nat.md) and print the addresses nodes join with. Ctrl-C or SIGTERM
+    stops it."""
     from ftis.node.signals import Terminated, exit_on_sigterm
     from ftis.node.swarm.bootstrap import run_bootstrap
     from ftis.node.swarm.transport import SwarmError
 
     config = _swarm_config(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity,
-                           run_id=run_id, shards=shards)
+                           run_id=run_id, shards=shards, reachability="public", relay_service=not no_relay)
     exit_on_sigterm()
     try:
         run_bootstrap(config, log_interval, lambda line: typer.echo(line), started=_STARTED)

@@ -1,7 +1,7 @@
 """``[swarm]``: joining the swarm and exchanging batches with it (docs/swarm.md)."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -33,9 +33,30 @@ class SwarmConfig(Section):
     identity_path: Path | None = Field(
         None, description="Private key file: keeps the peer id and the announcement key across restarts."
     )
-    client_mode: bool = Field(False, description="Reach out only (behind NAT): fetch, but peers cannot fetch from us.")
+    client_mode: bool = Field(False, description="Reach out only: fetch, but peers cannot fetch from us (a node behind "
+                              "a NAT serves through a relay instead: reachability).")
+    reachability: Literal["auto", "public", "relayed"] = Field(
+        "auto", description="How peers reach this node (docs/nat.md). public: dialled directly (a public address or "
+        "a forwarded port); relayed: behind a NAT, through a slot it reserves on one of `relays`; auto: AutoNAT "
+        "finds out which, from the initial peers' attempts to dial back.",
+    )
+    relays: list[str] = Field(
+        default_factory=list, description="Full multiaddrs of relays a node behind a NAT reserves a slot on; empty: "
+        "its initial peers (a bootstrap offers a relay unless started with --no-relay). A relay's address must be "
+        "public: libp2p advertises no circuit through a private one.",
+    )
+    relay_service: bool = Field(False, description="Offer a relay to members behind a NAT (the bootstrap does by "
+                                "default); bounded by the relay_* settings below. Only while reachable publicly.")
+    relay_max_reservations: int = Field(
+        128, ge=1, le=4096, description="Relay slots held at once, in all and by one IP address (p2pd bounds both "
+        "with this one number); a slot lasts an hour and is renewed while its holder stays connected.",
+    )
+    relay_max_circuits: int = Field(8, ge=1, le=1024, description="Relayed connections open at once per peer.")
+    relay_data_limit_bytes: int = Field(1 << 30, ge=1 << 20, description="Bytes one relayed connection may carry "
+                                        "each way before it is reset (the fetcher then dials again).")
+    relay_time_limit_s: float = Field(1800.0, ge=10, description="The longest one relayed connection may stay open.")
 
-    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
+    @field_validator("initial_peers", "host_maddrs", "announce_maddrs", "relays")
     @classmethod
     def _multiaddrs(cls, values: list[str], info: ValidationInfo) -> list[str]:
         """Parsed here, so that a typo is refused before a daemon starts or a model loads."""
@@ -46,7 +67,7 @@ class SwarmConfig(Section):
                 address = Multiaddr(value)
             except Exception as error:  # the parser raises several types, all meaning "not a multiaddr"
                 raise ValueError(f"{value!r} is not a multiaddr ({error})") from None
-            if info.field_name == "initial_peers" and "p2p" not in {p.name for p in address.protocols()}:
+            if info.field_name in ("initial_peers", "relays") and "p2p" not in {p.name for p in address.protocols()}:
                 raise ValueError(f"{value!r} names no peer: a peer's full address ends in /p2p/<peer id> "
                                  "(the bootstrap prints it)")
         return values

@@ -2,7 +2,8 @@
 hivemind itself imports torch, which dominates start-up (``run_bootstrap`` reports both times).
 
 It installs the run's record validators like every node, so it stores and serves only valid,
-signed announcements, and it logs how many peers it sees every ``log_interval_s``.
+signed announcements, and it logs how many peers it sees every ``log_interval_s``. The CLI starts it as
+publicly reachable and, unless ``--no-relay``, offering a relay to members behind a NAT (docs/nat.md).
 """
 
 import logging
@@ -42,6 +43,12 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
         ready = time.monotonic()
         echo(f"bootstrap peer {dht.peer_id.to_base58()} for run {config.run_id!r} is up "
              f"(start-up {ready - started:.1f} s; hivemind and torch were imported after {imported - started:.1f} s)")
+        if config.relay_service:
+            echo(f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "
+                 f"{config.relay_max_circuits} relayed connections per peer, "
+                 f"{config.relay_data_limit_bytes >> 20} MiB each way per connection; --no-relay turns it off)")
+        else:
+            echo("relay: off (members behind a NAT need another relay: [swarm] relays)")
         echo("nodes join with:")
         for maddr in dht.get_visible_maddrs():
             echo(f"  ftis-node join --peer {maddr}")

@@ -54,6 +54,7 @@ from ftis.node.swarm.inbox import (
     open_payload,
 )
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
+from ftis.node.swarm.reachability import RelayAwareDHT, p2p_options, p2pd_flags
 from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.slots import FairSlots
@@ -93,7 +94,8 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
         raise SwarmError(str(error)) from None
     validators = record_validators(config.run_id, config.shards, key)
     try:
-        dht = hivemind.DHT(
+        dht = RelayAwareDHT(
+            p2pd_flags=p2pd_flags(config),
             initial_peers=list(config.initial_peers) or None,
             start=False,
             host_maddrs=list(config.host_maddrs),
@@ -103,6 +105,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
             client_mode=config.client_mode,
             record_validators=validators,
             startup_timeout=config.start_timeout_s,  # p2pd's own start: hivemind's default 15 s would cap it
+            **p2p_options(config),
         )
         dht.run_in_background(await_ready=True, timeout=config.start_timeout_s)
     except Exception as error:  # hivemind raises many types here (P2PDaemonError, TimeoutError, ValueError...)
@@ -162,7 +165,8 @@ class HivemindTransport:
 
     @property
     def visible_maddrs(self) -> list[str]:
-        return [str(maddr) for maddr in self._dht.get_visible_maddrs()]
+        """Where peers reach this node now: behind a NAT, ``<relay>/p2p-circuit/p2p/<us>`` once a slot is held."""
+        return [str(maddr) for maddr in self._dht.get_visible_maddrs(latest=True)]
 
     def publish(self, batch: RolloutBatch) -> BatchDescriptor:
         self._check_open()

@@ -1,0 +1,59 @@
+"""A swarm node in a network namespace of ``helpers.netns`` (tests/test_nat.py).
+
+Run (from tests/, inside a namespace): python -m helpers.nat_peer --peer MADDR --run-id RUN --host IP
+
+Joins through ``--peer`` as a ``HivemindTransport`` listening on ``--host`` with the default reachability
+("auto": AutoNAT finds out, and a node it finds unreachable reserves a relay slot on its initial peer), prints
+``peer <peer id>``, then publishes a small batch every ``--interval`` seconds and prints ``got <peer id> <round>``
+for each batch it receives and ``addrs <multiaddr> ...`` whenever its advertised addresses change, until
+SIGTERM (or ``--life`` seconds: it never outlives a test that lost it).
+"""
+
+import argparse
+import sys
+import time
+
+from helpers.swarm import TOKENIZER, make_batch  # run as ``python -m helpers...`` from tests/
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer", required=True, help="full multiaddr of a member")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--host", required=True, help="the namespace's address to listen on")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between published batches")
+    parser.add_argument("--life", type=float, default=300.0, help="seconds before it stops by itself")
+    args = parser.parse_args()
+
+    from hivemind.utils import get_dht_time
+
+    from ftis.node.config import SwarmConfig
+    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.swarm.hivemind_transport import HivemindTransport
+
+    config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=[f"/ip4/{args.host}/tcp/0"],
+                         poll_interval_s=0.3, announce_interval_s=1.0, announcement_ttl_s=30.0,
+                         fetch_timeout_s=10.0, per_peer_quota=64, max_buffered_batches=256, start_timeout_s=120.0)
+    exit_on_sigterm()
+    transport = HivemindTransport(config, TOKENIZER)
+    try:
+        print(f"peer {transport.peer_id}", flush=True)
+        round_, addrs, end = 0, [], time.monotonic() + args.life
+        while time.monotonic() < end:
+            transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id))
+            round_ += 1
+            time.sleep(args.interval)
+            for received in transport.receive():
+                print(f"got {received.peer_id} {received.batch.round}", flush=True)
+            if transport.visible_maddrs != addrs:
+                addrs = transport.visible_maddrs
+                print("addrs " + " ".join(addrs), flush=True)
+    except (KeyboardInterrupt, Terminated):
+        pass
+    finally:
+        transport.close()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""``[swarm] reachability`` and the relay settings as hivemind options and p2pd flags (node/swarm/reachability.py)."""
+
+from ftis.node.config import SwarmConfig
+from ftis.node.swarm.reachability import p2p_options, p2pd_flags
+
+BOOT = "/ip4/11.77.1.1/tcp/31337/p2p/QmaJm5o3vKEDne5UDp7wmki7zyMs6rHaYfgXSL17BsYP9t"
+
+
+def test_auto_behind_a_nat_reserves_on_the_initial_peers_without_discovery():
+    config = SwarmConfig(initial_peers=[BOOT])
+    assert p2p_options(config) == {"use_relay": True, "use_auto_relay": True}  # AutoNAT decides
+    assert {"-relayDiscovery=0", f"-trustedRelays={BOOT}"} <= set(p2pd_flags(config))
+
+
+def test_relayed_forces_private_and_public_reserves_nothing():
+    assert p2p_options(SwarmConfig(initial_peers=[BOOT], reachability="relayed"))["force_reachability"] == "private"
+    public = SwarmConfig(initial_peers=[BOOT], reachability="public")
+    assert p2p_options(public) == {"use_relay": True, "force_reachability": "public"}
+    assert not any(flag.startswith("-trustedRelays") for flag in p2pd_flags(public))
+
+
+def test_a_relay_off_admits_nobody_and_on_is_bounded():
+    off = p2pd_flags(SwarmConfig())
+    assert {"-relayService=1", "-relayMaxReservations=0", "-relayMaxCircuits=0"} <= set(off)
+    on = p2pd_flags(SwarmConfig(relay_service=True, relay_max_reservations=5, relay_time_limit_s=60))
+    assert {"-relayMaxReservations=5", "-relayTimeLimit=60s", f"-relayDataLimit={1 << 30}"} <= set(on)
+
+
+def test_client_mode_and_the_first_node_reserve_nothing():
+    assert "use_auto_relay" not in p2p_options(SwarmConfig(initial_peers=[BOOT], client_mode=True))
+    assert "use_auto_relay" not in p2p_options(SwarmConfig())  # no peers: nobody to relay through
