@@ -15,5 +15,7 @@
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
+- ``netns.py``             network namespaces with a masquerading router (a real NAT), always torn down
+- ``nat_peer.py``          a swarm node run inside a namespace, for the NAT test
 - ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
 """
