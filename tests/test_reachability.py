@@ -1,7 +1,7 @@
 """``[swarm] reachability`` and the relay settings as hivemind options and p2pd flags (node/swarm/reachability.py)."""
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.reachability import p2p_options, p2pd_flags
+from ftis.node.swarm.reachability import describe, p2p_options, p2pd_flags
 
 BOOT = "/ip4/11.77.1.1/tcp/31337/p2p/QmaJm5o3vKEDne5UDp7wmki7zyMs6rHaYfgXSL17BsYP9t"
 
@@ -29,3 +29,14 @@ def test_a_relay_off_admits_nobody_and_on_is_bounded():
 def test_client_mode_and_the_first_node_reserve_nothing():
     assert "use_auto_relay" not in p2p_options(SwarmConfig(initial_peers=[BOOT], client_mode=True))
     assert "use_auto_relay" not in p2p_options(SwarmConfig())  # no peers: nobody to relay through
+
+
+def test_the_start_up_lines_say_how_peers_reach_the_node():
+    assert "through a slot it reserves on one of 1 relay" in describe(SwarmConfig(initial_peers=[BOOT]))[0]
+    assert "directly if peers can dial it back" in describe(SwarmConfig(initial_peers=[BOOT]))[0]
+    assert "only through" in describe(SwarmConfig(initial_peers=[BOOT], reachability="relayed"))[0]
+    assert "dial this node directly" in describe(SwarmConfig(initial_peers=[BOOT], reachability="public"))[0]
+    assert "cannot be fetched" in describe(SwarmConfig())[0]  # the first node: nobody to relay through
+    assert "serves none" in describe(SwarmConfig(initial_peers=[BOOT], client_mode=True))[0]
+    offering = describe(SwarmConfig(reachability="public", relay_service=True, relay_max_reservations=5))
+    assert offering[1].startswith("relay: offered") and "at most 5 slots" in offering[1]

@@ -52,11 +52,15 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     if transport_factory is None:
         from ftis.node.swarm.hivemind_transport import HivemindTransport
+        from ftis.node.swarm.reachability import describe as describe_reachability
 
         def transport_factory(fingerprint: str) -> Transport:
             transport = HivemindTransport(config.swarm, fingerprint)
             # Any member is an entry point, so the swarm outlives its bootstrap; a client-mode node accepts
             # no connections (and hivemind has no addresses to give for it).
+            if echo is not None:
+                for line in describe_reachability(config.swarm):
+                    echo(line)
             if echo is not None and not config.swarm.client_mode:
                 echo("others can join through this node too:")
                 for maddr in transport.visible_maddrs:

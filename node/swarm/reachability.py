@@ -56,6 +56,26 @@ def p2pd_flags(config: SwarmConfig) -> list[str]:
     return flags
 
 
+def describe(config: SwarmConfig) -> list[str]:
+    """The start-up lines saying how peers reach this node, and whether it relays for others."""
+    relays = relays_of(config)
+    if config.client_mode:
+        lines = ["reachability: client mode: this node fetches its peers' batches and serves none of its own"]
+    elif config.reachability == "public":
+        lines = ["reachability: public: peers dial this node directly (a public address or a forwarded port)"]
+    elif not relays:
+        lines = [f"reachability: {config.reachability}, with no relay (no initial peers, no relays): unless peers can "
+                 "dial this node directly, its batches cannot be fetched"]
+    else:
+        how = "directly if peers can dial it back (AutoNAT), else" if config.reachability == "auto" else "only"
+        lines = [f"reachability: {config.reachability}: peers reach this node {how} through a slot it reserves on "
+                 f"one of {len(relays)} relay{'s' if len(relays) > 1 else ''}"]
+    if config.relay_service:
+        lines.append(f"relay: offered to members behind a NAT (at most {config.relay_max_reservations} slots, "
+                     f"{config.relay_max_circuits} relayed connections per peer)")
+    return lines
+
+
 def relays_of(config: SwarmConfig) -> list[str]:
     """The relays a node behind a NAT reserves a slot on: ``relays``, else its initial peers."""
     return list(config.relays or config.initial_peers)
