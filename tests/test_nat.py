@@ -77,9 +77,11 @@ def test_a_node_behind_nat_serves_and_receives_through_the_relay():
         assert "relay: on" in bootstrap.wait_for("relay:", deadline)
         join = bootstrap.wait_for("  ftis-node join --peer", deadline)
         peer = join.split("--peer ")[1]
-        home = _start(nat, nat.home, "-m", "helpers.nat_peer", "--peer", peer, "--run-id", RUN, "--host", HOME_IP)
-        public = _start(nat, nat.public, "-m", "helpers.nat_peer", "--peer", peer, "--run-id", RUN,
-                        "--host", PUBLIC_IP)
+        slow = ("--interval", "0.5", "--fetch-timeout", "10", "--start-timeout", "120")  # relayed: more time
+        home = _start(nat, nat.home, "-m", "helpers.swarm_peer", "--peer", peer, "--run-id", RUN, "--host", HOME_IP,
+                      *slow)
+        public = _start(nat, nat.public, "-m", "helpers.swarm_peer", "--peer", peer, "--run-id", RUN,
+                        "--host", PUBLIC_IP, *slow)
         home_id = home.wait_for("peer ", deadline).split()[1]
         public_id = public.wait_for("peer ", deadline).split()[1]
 

@@ -6,7 +6,8 @@
 - ``swarm.py``             tiny rollout batches, what a peer announces for them, a fake and a movable clock
 - ``hivemind_swarm.py``    real-swarm plumbing (marker ``hivemind``): transports on 127.0.0.1, polling, killing
 - ``hostile_peer.py``      a hostile member of a real swarm that says and serves whatever a test scripts
-- ``swarm_peer.py``        a swarm node in its own OS process (``python -m helpers.swarm_peer``), to kill mid-run
+- ``swarm_peer.py``        a swarm node in its own OS process (``python -m helpers.swarm_peer``): killed mid-run, or
+                           run inside a network namespace by the NAT test
 - ``fault_peer.py``        a swarm peer in its own OS process (``python -m helpers.fault_peer``) for the fault tests
 - ``child_lines.py``       a helper process's stdout, line by line as it comes
 - ``cli_process.py``       ``ftis-node`` run as a user runs it, in a subprocess
@@ -16,6 +17,5 @@
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
 - ``netns.py``             network namespaces with a masquerading router (a real NAT), always torn down
-- ``nat_peer.py``          a swarm node run inside a namespace, for the NAT test
 - ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
 """

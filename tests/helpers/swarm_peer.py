@@ -1,11 +1,16 @@
-"""A swarm node in its own OS process, for tests that kill a node (SIGKILL) mid-run.
+"""A swarm node in its own OS process: for tests that kill a node (SIGKILL) mid-run, and for the NAT test,
+which runs it inside a network namespace of ``helpers.netns``.
 
-Run (from tests/): python -m helpers.swarm_peer --peer MADDR --run-id RUN [--interval 0.3]
+Run (from tests/): python -m helpers.swarm_peer --peer MADDR --run-id RUN [--host IP] [--interval 0.3]
+                   [--fetch-timeout S] [--start-timeout S] [--life S]
 
-Joins through ``--peer`` as a ``HivemindTransport`` on 127.0.0.1 with the short intervals of the
-hivemind tests, prints ``peer <peer id>`` once it is in, then publishes a small batch (round 0, 1, ...)
-every ``--interval`` seconds and drains what it receives, until it is killed. SIGTERM shuts it
-down cleanly; SIGKILL leaves its DHT process and ``p2pd`` behind, which the test then reaps.
+Joins through ``--peer`` as a ``HivemindTransport`` listening on ``--host`` (127.0.0.1) with the short intervals
+of the hivemind tests and the default reachability ("auto": AutoNAT finds out, and a node it finds unreachable
+reserves a relay slot on its initial peer), prints ``peer <peer id>`` once it is in, then publishes a small
+batch (round 0, 1, ...) every ``--interval`` seconds, prints ``got <peer id> <round>`` for each batch it
+receives and ``addrs <multiaddr> ...`` whenever its advertised addresses change, until it is killed or
+``--life`` seconds have passed (it never outlives a test that lost it). SIGTERM shuts it down cleanly;
+SIGKILL leaves its DHT process and ``p2pd`` behind, which the test then reaps.
 """
 
 import argparse
@@ -19,7 +24,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="full multiaddr of a member")
     parser.add_argument("--run-id", required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--interval", type=float, default=0.3, help="seconds between published batches")
+    parser.add_argument("--fetch-timeout", type=float, default=3.0, help="seconds one fetch may take")
+    parser.add_argument("--start-timeout", type=float, default=60.0, help="seconds joining the DHT may take")
+    parser.add_argument("--life", type=float, default=300.0, help="seconds before it stops by itself")
     args = parser.parse_args()
 
     from hivemind.utils import get_dht_time
@@ -28,19 +37,24 @@ def main() -> None:
     from ftis.node.signals import Terminated, exit_on_sigterm
     from ftis.node.swarm.hivemind_transport import HivemindTransport
 
-    config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+    config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=[f"/ip4/{args.host}/tcp/0"],
                          poll_interval_s=0.2, announce_interval_s=1.0, announcement_ttl_s=30.0,
-                         fetch_timeout_s=3.0, per_peer_quota=64, max_buffered_batches=256)
+                         fetch_timeout_s=args.fetch_timeout, start_timeout_s=args.start_timeout, per_peer_quota=64,
+                         max_buffered_batches=256)
     exit_on_sigterm()
     transport = HivemindTransport(config, TOKENIZER)
     try:
         print(f"peer {transport.peer_id}", flush=True)
-        round_ = 0
-        while True:
+        round_, addrs, end = 0, [], time.monotonic() + args.life
+        while time.monotonic() < end:
             transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id))
             round_ += 1
             time.sleep(args.interval)
-            transport.receive()
+            for received in transport.receive():
+                print(f"got {received.peer_id} {received.batch.round}", flush=True)
+            if transport.visible_maddrs != addrs:
+                addrs = transport.visible_maddrs
+                print("addrs " + " ".join(addrs), flush=True)
     except (KeyboardInterrupt, Terminated):
         pass
     finally:
