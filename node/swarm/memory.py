@@ -15,7 +15,7 @@ from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.reputation import PeerScore, ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import DecodeError, RolloutBatch
-from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
+from ftis.protocol.announcement import BatchDescriptor, Reach, decode_announcement, encode_announcement
 
 
 class MemoryHub:
@@ -59,6 +59,7 @@ class MemoryTransport:
                  clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None):
         self._hub, self._peer_id = hub, peer_id
         self._outbox = Outbox(run_id, peer_id, clock=clock)
+        self._outbox.set_reach(Reach("direct"))  # in one process every peer reaches every other
         self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
         self._members: dict[str, Member] = {}
         self._closed = False
@@ -88,6 +89,8 @@ class MemoryTransport:
             if not self._inbox.admit_announcement(announcement, data):
                 continue
             self._members[peer_id] = member_of(announcement)
+            if announcement.reach.how == "unreachable":  # as on the real swarm: no one could dial it
+                continue
             for descriptor in announcement.batches:
                 if self._inbox.consider(announcement, descriptor):
                     self._fetch(peer_id, descriptor)
