@@ -16,5 +16,8 @@ Files:
   that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.
 - ``fuzz.py``  100,000+ fuzzed inputs to the protocol decoders and the node's announcement handling, with a limit
   oracle and a memory bound (its parts are in ``tests/fuzz_*.py``, shared with ``tests/test_fuzz.py``).
+- ``relay_fetch.py``  payload fetches through the bootstrap's circuit relay beside direct ones, across a real NAT
+  built from network namespaces (root); its peers are ``relay_peer.py``, the namespaces ``netns.py`` (which
+  ``tests/test_nat.py`` builds too).
 - ``swarm_common.py``, ``demo_nodes.py``  helpers of the swarm benchmarks and of the node's CPU benchmarks.
 """

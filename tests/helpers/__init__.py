@@ -16,6 +16,6 @@
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
-- ``netns.py``             network namespaces with a masquerading router (a real NAT), always torn down
+- ``netns.py``             ``require_netns``: skips a test where the NAT of ``benchmarks/netns.py`` cannot be built
 - ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
 """
