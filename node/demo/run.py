@@ -18,6 +18,7 @@ Every process it started is stopped when it ends, however it ends (``children.py
 
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import time
@@ -109,6 +110,9 @@ def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
     result = _report(out, list(swarm.values()), solo, config.demo.solo, finished - started, echo)
     echo(f"wall time {finished - started:.0f} s: warm-up {warmed - started:.0f} s, swarm {swarm_done - warmed:.0f} s"
          + (f", solo baseline {finished - swarm_done:.0f} s" if config.demo.solo else ""))
+    if request.dashboard:  # it stopped with the demo; the folders stay
+        echo("the dashboard again, on the nodes' folders: " + shlex.join(
+            ["ftis-node", "dashboard", *(part for name in settings for part in ("--node", str(out / name)))]))
     return result
 
 
