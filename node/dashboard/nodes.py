@@ -10,7 +10,7 @@ The folder may not exist yet (a node about to start): the node is then shown wit
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ftis.node.dashboard.charts import LINES
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
@@ -74,12 +74,13 @@ def peers_state(folder: Path, now: float) -> dict[str, Any]:
     rows = []
     for peer_id in sorted(view.scores.keys() | view.rejections.keys()):
         score = view.scores.get(peer_id)
+        until = score.muted_until if score is not None and muted_now(score, now) else None
         rows.append({
             "peer_id": peer_id,
             "score": None if score is None else score.score,
             "good": None if score is None else score.good,
             "bad": None if score is None else score.bad,
-            "muted_for_s": (score.muted_until - now) if score is not None and muted_now(score, now) else None,
+            "muted_for_s": None if until is None else until - now,
             "mutes": None if score is None else score.mutes,
             "rejections": view.rejections.get(peer_id, {}),
         })
@@ -88,5 +89,5 @@ def peers_state(folder: Path, now: float) -> dict[str, Any]:
             "peers": rows[:MAX_PEERS], "more": max(0, len(rows) - MAX_PEERS)}
 
 
-def _finite(value: object) -> bool:
+def _finite(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -67,7 +67,7 @@ def _addresses(host: str) -> set[str]:
     if not host:
         return set()  # "" binds every interface
     try:
-        return {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except socket.gaierror as error:
         raise DashboardError(f"cannot resolve --host {host!r}: {error.strerror}") from None
 
@@ -112,8 +112,8 @@ class DashboardServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
+        host, port = str(self.server_address[0]), self.server_address[1]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
 class Handler(BaseHTTPRequestHandler):
