@@ -60,27 +60,38 @@ def test_the_reader_parses_only_what_was_appended_and_waits_for_a_line_to_end(tm
     monkeypatch.setattr(series_module, "CHUNK_BYTES", 7)  # lines span chunks
     path = tmp_path / "metrics.jsonl"
     tail = MetricsTail(path)
-    assert tail.read_new() == []  # no file yet
+    assert list(tail.read_new()) == []  # no file yet
     path.write_text('{"round": 0}\n{"round": 1}\n{"rou')
-    assert tail.read_new() == [{"round": 0}, {"round": 1}]
+    assert list(tail.read_new()) == [{"round": 0}, {"round": 1}]
     parsed, loads = [], json.loads
     monkeypatch.setattr(series_module.json, "loads", lambda line: parsed.append(line) or loads(line))
     with path.open("a") as handle:
         handle.write('nd": 2}\n')
-    assert tail.read_new() == [{"round": 2}]
+    assert list(tail.read_new()) == [{"round": 2}]
     assert parsed == [b'{"round": 2}']  # the earlier lines were not read again
     assert tail.offset == path.stat().st_size
-    assert tail.read_new() == []
+    assert list(tail.read_new()) == []
+
+
+def test_a_long_file_is_read_one_chunk_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(series_module, "CHUNK_BYTES", 64)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"round": {r}}}\n' for r in range(1000)))
+    tail = MetricsTail(path)
+    records = tail.read_new()
+    assert next(records) == {"round": 0}
+    assert tail.offset == 64  # one chunk read so far, not the file
+    assert [record["round"] for record in records] == list(range(1, 1000))
 
 
 def test_the_reader_skips_damaged_lines_and_starts_over_on_a_file_that_shrank(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"round": 0}\nnot json\n[1, 2]\n{"round": 1}\n')
     tail = MetricsTail(path)
-    assert tail.read_new() == [{"round": 0}, {"round": 1}]
+    assert list(tail.read_new()) == [{"round": 0}, {"round": 1}]
     assert tail.damaged == 2
     path.write_text('{"round": 7}\n')  # a new run in the same folder
-    assert tail.read_new() == [{"round": 7}]
+    assert list(tail.read_new()) == [{"round": 7}]
     assert tail.restarts == 1
 
 
@@ -109,6 +120,20 @@ def test_a_folder_with_nothing_yet_is_shown_empty(tmp_path):
     state = NodeWatch(tmp_path / "not-started", "later", points=10).state()
     assert state["records"] == 0 and all(points == [] for points in state["series"].values())
     assert "does not exist" in state["peers"]["error"]
+
+
+def test_numbers_json_has_no_word_for_are_shown_as_nothing(tmp_path):
+    folder = write_node_folder(tmp_path / "odd", rounds=2)
+    with (folder / "metrics.jsonl").open("a") as handle:  # what Python's json module writes and reads back
+        handle.write('{"round": 2, "own_groups": 1, "own_reward": NaN, "time": Infinity, "train_policy_version": 3}\n')
+    view = json.loads((folder / "peers.json").read_text())
+    view["peers"][PEER_A]["score"] = float("nan")
+    (folder / "peers.json").write_text(json.dumps(view))
+    state = NodeWatch(folder, "odd", points=10).state()
+    json.dumps(state, allow_nan=False)  # what the server sends
+    assert [x for x, _ in state["series"]["own_reward"]] == [0, 1]
+    assert state["latest"]["time"] is None and state["latest"]["round"] == 2
+    assert {row["peer_id"]: row["score"] for row in state["peers"]["peers"]}[PEER_A] is None
 
 
 def test_the_charts_are_labelled_with_the_declared_figures():

@@ -45,11 +45,11 @@ class NodeWatch:
             if _finite(value):
                 series.add(float(x), float(value))
         if is_step(record):
-            self.latest |= {"round": x, "time": record.get("time"),
-                            "policy_version": record.get(record_key("policy_version"))}
+            self.latest |= {"round": x, "time": _number(record.get("time")),
+                            "policy_version": _number(record.get(record_key("policy_version")))}
         elif is_evaluation(record) and _finite(record.get("eval_accuracy")):
             self.latest |= {"eval_round": x, "eval_accuracy": record["eval_accuracy"],
-                            "eval_standard_error": record.get("eval_standard_error")}
+                            "eval_standard_error": _number(record.get("eval_standard_error"))}
 
     def state(self, now: float | None = None) -> dict[str, Any]:
         """What the page shows of this node, after reading what was appended since the last call."""
@@ -77,17 +77,22 @@ def peers_state(folder: Path, now: float) -> dict[str, Any]:
         until = score.muted_until if score is not None and muted_now(score, now) else None
         rows.append({
             "peer_id": peer_id,
-            "score": None if score is None else score.score,
-            "good": None if score is None else score.good,
-            "bad": None if score is None else score.bad,
-            "muted_for_s": None if until is None else until - now,
+            "score": None if score is None else _number(score.score),
+            "good": None if score is None else _number(score.good),
+            "bad": None if score is None else _number(score.bad),
+            "muted_for_s": None if until is None else _number(until - now),
             "mutes": None if score is None else score.mutes,
             "rejections": view.rejections.get(peer_id, {}),
         })
     return {"round": view.round, "time": view.time, "announce_failures": view.announce_failures,
-            "poll_failures": view.poll_failures, "alone_seconds": view.alone_seconds,
+            "poll_failures": view.poll_failures, "alone_seconds": _number(view.alone_seconds),
             "peers": rows[:MAX_PEERS], "more": max(0, len(rows) - MAX_PEERS)}
 
 
 def _finite(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(value: object) -> int | float | None:
+    """``value`` if it is a finite number, else None (the page gets JSON, which has no NaN)."""
+    return value if _finite(value) else None

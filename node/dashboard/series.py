@@ -1,7 +1,7 @@
 """What the dashboard keeps of a node's ``metrics.jsonl``: bounded series, read incrementally.
 
     tail = MetricsTail(folder / "metrics.jsonl")
-    for record in tail.read_new():      # only the lines appended since the last call
+    for record in tail.read_new():      # only the lines appended since the last call, a chunk at a time
         ...
     series = BoundedSeries(limit=400)
     series.add(round, value)            # at most ``limit`` points kept, evenly spread over the run
@@ -18,6 +18,7 @@ that shrank (replaced by a new run) is read again from its start.
 """
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +36,21 @@ class MetricsTail:
         self.restarts = 0  # times the file was found shorter than what was read: read again from 0
         self._partial = b""
 
-    def read_new(self) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
+    def read_new(self) -> Iterator[dict[str, Any]]:
+        """The records appended since the last call, one chunk at a time: however much was appended, no more
+        than a chunk's records are held at once (consume them before calling again)."""
         try:
-            with self.path.open("rb") as handle:
-                size = handle.seek(0, 2)
-                if size < self.offset:
-                    self.offset, self._partial = 0, b""
-                    self.restarts += 1
-                handle.seek(self.offset)
-                while chunk := handle.read(CHUNK_BYTES):
-                    self.offset += len(chunk)
-                    records += self._lines(chunk)
+            handle = self.path.open("rb")
         except FileNotFoundError:
-            pass
-        return records
+            return
+        with handle:
+            if handle.seek(0, 2) < self.offset:
+                self.offset, self._partial = 0, b""
+                self.restarts += 1
+            handle.seek(self.offset)
+            while chunk := handle.read(CHUNK_BYTES):
+                self.offset += len(chunk)
+                yield from self._lines(chunk)
 
     def _lines(self, chunk: bytes) -> list[dict[str, Any]]:
         lines = (self._partial + chunk).split(b"\n")
