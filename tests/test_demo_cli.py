@@ -113,7 +113,7 @@ def metrics(folder) -> tuple[list[dict], list[dict]]:
 
 
 def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, tmp_path):
-    demo = CliProcess(*demo_args, "--rounds", "2", "--solo")
+    demo = CliProcess(*demo_args, "--rounds", "2", "--solo", "--dashboard")
     try:
         demo.wait_for(lambda line: line.startswith("small-lora:"), timeout=120)
         family = descendants(demo)
@@ -144,6 +144,8 @@ def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, t
     assert all(node["start_accuracy"] is not None and node["solo_end_accuracy"] is not None for node in data["nodes"])
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {out / 'accuracy.png'}" in output
+    assert f"ftis-node dashboard --node {out / 'small'} --node {out / 'medium'}" in output  # to look again
+    assert "stopped: the server and the DHT client are shut down" in (out / "dashboard.log").read_text()
     assert_nothing_left(demo, family, output)
 
 
