@@ -96,8 +96,9 @@ def read_shards(dht: hivemind.DHT, run_id: str, shards: int) -> MPFuture:
     return dht.run_coroutine(partial(_latest_values, keys=all_shard_keys(run_id, shards)), return_future=True)
 
 
-def read_members(dht: hivemind.DHT, run_id: str, shards: int) -> list[Member]:
-    """The run's members now (blocking: for one-shot readers like ``ftis-node status``)."""
-    values = read_shards(dht, run_id, shards).result()
+def read_members(dht: hivemind.DHT, run_id: str, shards: int, timeout: float | None = None) -> list[Member]:
+    """The run's members now (blocking: for readers like ``ftis-node status`` and the dashboard);
+    ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+    values = read_shards(dht, run_id, shards).result(timeout=timeout)
     return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
 
