@@ -52,8 +52,8 @@ class SwarmConfig(Section):
         "with this one number); a slot lasts an hour and is renewed while its holder stays connected.",
     )
     relay_max_circuits: int = Field(8, ge=1, le=1024, description="Relayed connections open at once per peer.")
-    relay_data_limit_bytes: int = Field(1 << 30, ge=1 << 20, description="Bytes one relayed connection may carry "
-                                        "each way before it is reset (the fetcher then dials again).")
+    relay_data_limit_bytes: int = Field(1 << 30, ge=1 << 16, description="Bytes one relayed connection may carry "
+                                        "each way before it is reset (a fetch then goes on over a new one).")
     relay_time_limit_s: float = Field(1800.0, ge=10, description="The longest one relayed connection may stay open.")
 
     @field_validator("initial_peers", "host_maddrs", "announce_maddrs", "relays")

@@ -21,10 +21,14 @@ the peer's latest announcement still lists the batch, it is within the max age a
 muted: a stalling peer costs one deadline per attempt and is asked again only after the backoff. A
 payload refused on its contents (too large, wrong hash, undecodable) is never asked for again.
 
-Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's round (8 bytes,
-big-endian); the server answers with the payload's length (8 bytes, big-endian; 0 when it no
-longer holds that batch), then the payload. The fetcher refuses a length above the announced size
-before reading the body, then checks size, SHA-256 and strict decode (``open_payload``).
+Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's round and the offset it wants
+the payload from (8 bytes each, big-endian); the server answers with the payload's whole length (8 bytes,
+big-endian; 0 when it no longer holds that batch), then the payload from that offset. The fetcher refuses a
+length above the announced size before reading the body, then checks size, SHA-256 and strict decode
+(``open_payload``). A stream that ends early after delivering some bytes is followed by another from where it
+ended, within the same deadline: a relayed connection may be cut after a fixed number of bytes (p2pd's built-in
+relay: 128 KiB each way, docs/nat.md), and a new one carries the rest. A stream that delivers nothing ends the
+attempt.
 
 Threads: all network work runs on one asyncio loop in a daemon thread that this object owns (the
 DHT's P2P replica is bound to the loop that first uses it). ``publish``, ``receive``, ``members``,
@@ -57,6 +61,7 @@ from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import (
     FETCH_FAILED,
+    NOT_AS_ANNOUNCED,
     TOO_LARGE,
     Inbox,
     InboxLimits,
@@ -76,7 +81,8 @@ from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 
 logger = logging.getLogger(__name__)
 
-_HEADER = 8  # bytes of a round or a length on the stream
+_HEADER = 8  # bytes of a round, an offset or a length on the stream
+_READ_SIZE = 1 << 20  # a fetch reads the payload in pieces of at most this many bytes
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
 _SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
 _WRITE_SLICE = 64 * 1024  # a served payload goes out in slices of this many bytes, each awaited
@@ -432,20 +438,36 @@ class HivemindTransport:
                 and not self._inbox.muted(peer_id))
 
     async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> tuple[bytes, bool]:
-        """The payload, and whether it came over a relayed connection."""
-        await self._dial_circuits(peer_id)
-        info, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
-        try:
-            writer.write(descriptor.round.to_bytes(_HEADER, "big"))
-            await writer.drain()
-            length = int.from_bytes(await reader.readexactly(_HEADER), "big")
-            if length == 0:
-                raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
-            if length > descriptor.bytes or length > MAX_PAYLOAD_BYTES:  # before reading a byte of it
-                raise Rejected(TOO_LARGE, f"the peer sends {length} bytes, {descriptor.bytes} announced")
-            return await reader.readexactly(length), _relayed(info)
-        finally:
-            writer.close()
+        """The payload, and whether any of it came over a relayed connection: one stream, or more when one ends
+        early after delivering some of it (see the module's docstring); the caller's deadline bounds them all."""
+        data, length, relayed = bytearray(), -1, False
+        while len(data) != length:
+            await self._dial_circuits(peer_id)
+            info, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id),
+                                                                              self._handler)
+            relayed = relayed or _relayed(info)
+            try:
+                writer.write(descriptor.round.to_bytes(_HEADER, "big") + len(data).to_bytes(_HEADER, "big"))
+                await writer.drain()
+                answer = int.from_bytes(await reader.readexactly(_HEADER), "big")
+                if answer == 0:
+                    raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
+                if answer > descriptor.bytes or answer > MAX_PAYLOAD_BYTES:  # before reading a byte of it
+                    raise Rejected(TOO_LARGE, f"the peer sends {answer} bytes, {descriptor.bytes} announced")
+                if length not in (-1, answer):
+                    raise Rejected(NOT_AS_ANNOUNCED, f"the peer said {length} bytes, then {answer}")
+                length, before = answer, len(data)
+                with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                    while len(data) < length:
+                        piece = await reader.read(min(_READ_SIZE, length - len(data)))
+                        if not piece:
+                            break
+                        data += piece
+                if len(data) == before and len(data) < length:
+                    raise ConnectionError(f"the stream ended after {len(data)} of {length} bytes")
+            finally:
+                writer.close()
+        return bytes(data), relayed
 
     async def _serve(self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One fetch of one of our payloads, if a serving slot is free to the asker (``max_concurrent_serves``
@@ -458,16 +480,17 @@ class HivemindTransport:
             writer.close()
             return
         try:
-            request = await asyncio.wait_for(reader.readexactly(_HEADER), _REQUEST_TIMEOUT_S)
-            payload = self._outbox.payload(int.from_bytes(request, "big")) or b""
-            async with asyncio.timeout(fetch_deadline(self._config, len(payload))):
+            request = await asyncio.wait_for(reader.readexactly(2 * _HEADER), _REQUEST_TIMEOUT_S)
+            payload = self._outbox.payload(int.from_bytes(request[:_HEADER], "big")) or b""
+            offset = min(int.from_bytes(request[_HEADER:], "big"), len(payload))
+            async with asyncio.timeout(fetch_deadline(self._config, len(payload) - offset)):
                 writer.write(len(payload).to_bytes(_HEADER, "big"))
                 view = memoryview(payload)
-                for start in range(0, len(view), _WRITE_SLICE):
+                for start in range(offset, len(view), _WRITE_SLICE):
                     writer.write(view[start : start + _WRITE_SLICE])
                     await writer.drain()
                 await writer.drain()
-            self._relayed_sent += len(payload) if _relayed(info) else 0
+            self._relayed_sent += len(payload) - offset if _relayed(info) else 0
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as error:
             logger.debug("a fetch of ours ended early: %s", error)
         finally:

@@ -4,6 +4,7 @@ which runs it inside a network namespace of ``helpers.netns``.
 Run (from tests/): python -m helpers.swarm_peer --peer MADDR --run-id RUN [--host IP] [--interval 0.3]
                    [--fetch-timeout S] [--start-timeout S] [--life S] [--relay MADDR ...] [--relay-service]
                    [--reachability auto|public|relayed] [--client-mode] [--quiet] [--publish-when-reached]
+                   [--groups N] [--group-size N] [--relay-data-limit BYTES]
 
 Joins through ``--peer`` as a ``HivemindTransport`` listening on ``--host`` (127.0.0.1) with the short intervals
 of the hivemind tests and the default reachability ("auto": AutoNAT finds out, and a node it finds unreachable
@@ -37,6 +38,9 @@ def main() -> None:
     parser.add_argument("--reachability", default="auto")
     parser.add_argument("--client-mode", action="store_true")
     parser.add_argument("--quiet", action="store_true", help="publish nothing")
+    parser.add_argument("--groups", type=int, default=2, help="groups per batch (with --group-size: its size)")
+    parser.add_argument("--group-size", type=int, default=3)
+    parser.add_argument("--relay-data-limit", type=int, default=1 << 30, help="[swarm] relay_data_limit_bytes")
     parser.add_argument("--publish-when-reached", action="store_true",
                         help="publish once peers reach it (relayed or direct), as a real node's first batch comes "
                              "after a generation round: batches announced before would cost it failed fetches")
@@ -52,7 +56,8 @@ def main() -> None:
                          poll_interval_s=0.2, announce_interval_s=1.0, announcement_ttl_s=30.0,
                          fetch_timeout_s=args.fetch_timeout, start_timeout_s=args.start_timeout, per_peer_quota=64,
                          max_buffered_batches=256, relays=args.relay, relay_service=args.relay_service,
-                         reachability=args.reachability, client_mode=args.client_mode)
+                         reachability=args.reachability, client_mode=args.client_mode,
+                         relay_data_limit_bytes=args.relay_data_limit)
     exit_on_sigterm()
     transport = HivemindTransport(config, TOKENIZER)
     try:
@@ -60,7 +65,8 @@ def main() -> None:
         round_, addrs, reach, end, next_stats = 0, [], "", time.monotonic() + args.life, 0.0
         while time.monotonic() < end:
             if not args.quiet and (not args.publish_when_reached or reach.split(" ")[0] in ("relayed", "direct")):
-                transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id))
+                transport.publish(make_batch(transport.peer_id, round_, get_dht_time(), run_id=args.run_id,
+                                             groups=args.groups, group_size=args.group_size))
             round_ += 1
             time.sleep(args.interval)
             for received in transport.receive():
