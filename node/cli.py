@@ -114,15 +114,34 @@ def bootstrap_command(
     no_relay: Annotated[bool, typer.Option(
         "--no-relay", help="Offer no relay: members behind a NAT then need another relay, or cannot be fetched from.")
     ] = False,
+    config_file: Annotated[Path | None, typer.Option(
+        "--config", help="A TOML file whose [swarm] table sets the rest (the relay's bounds: relay_max_reservations, "
+                         "relay_max_circuits, relay_data_limit_bytes, relay_time_limit_s); options given here win.")
+    ] = None,
 ) -> None:
     """Run a DHT-only entry peer (and relay, docs/nat.md) and print the addresses nodes join with. Ctrl-C or SIGTERM
     stops it."""
+    from ftis.node.config import ConfigError, read_toml
     from ftis.node.signals import Terminated, exit_on_sigterm
     from ftis.node.swarm.bootstrap import run_bootstrap
     from ftis.node.swarm.transport import SwarmError
 
-    config = _swarm_config(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity,
-                           run_id=run_id, shards=shards, reachability="public", relay_service=not no_relay)
+    table: dict = {}
+    if config_file is not None:
+        try:
+            table = read_toml(config_file)
+        except ConfigError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from None
+        unknown = sorted(set(table) - {"swarm"})
+        if unknown or not isinstance(table.get("swarm", {}), dict):
+            typer.echo(f"error: {config_file}: a bootstrap reads only a [swarm] table (found {unknown or 'swarm'})",
+                       err=True)
+            raise typer.Exit(2)
+    given = dict(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity, run_id=run_id,
+                 shards=shards, reachability="public", relay_service=False if no_relay else None)
+    config = _swarm_config(**{"relay_service": True, **table.get("swarm", {}),
+                              **{key: value for key, value in given.items() if value is not None}})
     exit_on_sigterm()
     try:
         run_bootstrap(config, log_interval, lambda line: typer.echo(line), started=_STARTED)

@@ -125,3 +125,17 @@ def test_join_lora_options_reach_the_config(tmp_path, monkeypatch):
                                  "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert (seen["model"].adapter, seen["model"].lora_rank, seen["model"].lora_alpha) == ("lora", 16, 8.0)
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ("[swarm]\nrelay_max_reservations = 0\n", "relay_max_reservations: Input should be greater than or equal to 1"),
+    ("[swarm]\nrelay_slots = 3\n", "relay_slots: Extra inputs are not permitted"),
+    ("[node]\nrounds = 3\n", "a bootstrap reads only a [swarm] table"),
+    ("[swarm\n", "not valid TOML"),
+])
+def test_a_bootstraps_config_file_is_checked_before_it_starts(tmp_path, table, error):
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(table)
+    result = runner.invoke(app, ["bootstrap", "--config", str(path)])
+    assert result.exit_code == 2 and error in result.output, result.output
+

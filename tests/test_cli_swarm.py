@@ -53,9 +53,12 @@ def _names(processes: list[psutil.Process]) -> set[str]:
 def test_bootstrap_prints_its_address_keeps_its_identity_and_stops_cleanly_on_sigterm(tmp_path):
     identity = tmp_path / "keys" / "bootstrap.key"
     peer_ids = []
+    bounds = tmp_path / "relay.toml"  # the second run sets its relay's bounds in a config file
+    bounds.write_text("[swarm]\nrelay_max_reservations = 7\nrelay_data_limit_bytes = 65536\n")
     for run in ("created", "reused"):
+        config = ("--config", str(bounds)) if run == "reused" else ()
         bootstrap = CliProcess("bootstrap", "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--identity", str(identity),
-                               "--run-id", RUN)
+                               "--run-id", RUN, *config)
         try:
             maddr = bootstrap.maddr()
             assert maddr.startswith("/ip4/127.0.0.1/tcp/") and "/p2p/Qm" in maddr, maddr
@@ -69,6 +72,9 @@ def test_bootstrap_prints_its_address_keeps_its_identity_and_stops_cleanly_on_si
         assert status == 0, f"{run} run:\n{output}"
         assert "stopped" in output
         assert "Traceback" not in output
+        relay = "at most 7 slots, 8 relayed connections per peer, 64 KiB each way" if config else \
+            "at most 128 slots, 8 relayed connections per peer, 1024 MiB each way"
+        assert relay in output, output
         assert _running(family, timeout=10) == [], f"{run} run left processes running"
         assert stat.S_IMODE(os.stat(identity).st_mode) == 0o400  # owner-only, read-only
     assert peer_ids[0] == peer_ids[1]

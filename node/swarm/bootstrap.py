@@ -49,7 +49,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
         if config.relay_service:
             echo(f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "
                  f"{config.relay_max_circuits} relayed connections per peer, "
-                 f"{config.relay_data_limit_bytes >> 20} MiB each way per connection; --no-relay turns it off)")
+                 f"{_kib(config.relay_data_limit_bytes)} each way per connection; --no-relay turns it off)")
         else:
             echo("relay: off (members behind a NAT need another relay: [swarm] relays)")
         echo("nodes join with:")
@@ -75,3 +75,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
 
 async def _count_neighbours(_dht: object, node: object) -> int:
     return len(node.protocol.routing_table.uid_to_peer_id)
+
+
+def _kib(size: int) -> str:
+    return f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size / 2**10:g} KiB"
