@@ -6,6 +6,7 @@ as on the real swarm, so code that works here behaves the same over hivemind. Fe
 inside ``receive``: synchronous, with no thread.
 """
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -56,8 +57,12 @@ class MemoryHub:
 
 class MemoryTransport:
     def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
-                 clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None):
+                 clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None,
+                 fetch_budget: int = 0, tie_s: float = 1.0, rng: random.Random | None = None):
+        """``fetch_budget``, ``tie_s``: as ``Inbox.choose`` takes them (0: every fresh batch)."""
         self._hub, self._peer_id = hub, peer_id
+        self._fetch_budget, self._tie_s = fetch_budget, tie_s
+        self._rng = rng if rng is not None else random.Random()
         self._outbox = Outbox(run_id, peer_id, clock=clock)
         self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
         self._members: dict[str, Member] = {}
@@ -74,6 +79,7 @@ class MemoryTransport:
 
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         self._check_open()
+        admitted = []
         for peer_id, data in self._hub.announcements().items():
             if peer_id == self._peer_id:
                 continue
@@ -88,9 +94,9 @@ class MemoryTransport:
             if not self._inbox.admit_announcement(announcement, data):
                 continue
             self._members[peer_id] = member_of(announcement)
-            for descriptor in announcement.batches:
-                if self._inbox.consider(announcement, descriptor):
-                    self._fetch(peer_id, descriptor)
+            admitted.append(announcement)
+        for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng):
+            self._fetch(announcement.peer_id, descriptor)
         return self._inbox.drain(max_batches)
 
     def poll_now(self) -> None:
