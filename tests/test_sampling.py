@@ -89,6 +89,11 @@ def test_offers_rank_freshest_first_equals_at_random_better_scored_first_ahead_d
     assert set(firsts) == {"fresh-a", "fresh-b"} and min(firsts.values()) > 60  # ties broken at random
 
 
+def test_offers_older_than_the_horizon_are_left_out():
+    spec = offers(("fresh", 999.0), ("stale", 990.0))
+    assert [o.peer_id for o in rank_offers(spec, 1000.0, 1.0, random.Random(0), horizon_s=2.5)] == ["fresh"]
+
+
 def test_pick_takes_one_batch_per_peer_none_from_busy_peers_only_what_is_accepted_up_to_the_room():
     ranked = offers(("a", 5), ("a", 4), ("b", 4), ("c", 3), ("d", 2), ("e", 1))
     refused = {"c@3"}

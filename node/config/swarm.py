@@ -100,6 +100,14 @@ class SwarmConfig(Section):
         "⌈max_peer_groups / groups per batch⌉ + 1. 0: every fresh batch announced (a small swarm). Rounds mode "
         "then waits for this many of the round's batches, not for every live peer.",
     )
+    fetch_horizon_s: float = Field(
+        0.0, ge=0, description="Under a fetch budget, batches older than this are not taken (the budget waits for "
+        "fresher ones); 0: max_age_s. A large swarm: 2 × poll_interval_s + a DHT store's delay (~0.5 s).",
+    )
+
+    def fetch_horizon(self) -> float:
+        """The oldest a batch may be to be taken under the fetch budget, in seconds."""
+        return self.fetch_horizon_s or self.max_age_s
     announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
     announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
                                       description="An announcement expires unless renewed in time (at most 300 s).")
@@ -170,7 +178,8 @@ class SwarmConfig(Section):
         read = "all" if not self.shards_per_poll or self.shards_per_poll == self.shards else str(self.shards_per_poll)
         more = f" (up to {self.max_shards_per_poll} while under {self.want_peers} peers)" if (
             self.max_shards_per_poll > (self.shards_per_poll or self.shards)) else ""
-        budget = "every fresh batch" if self.fetch_budget == 0 else f"{self.fetch_budget} batches at once"
+        budget = ("every fresh batch" if self.fetch_budget == 0 else
+                  f"{self.fetch_budget} batches at once, none older than {self.fetch_horizon():g} s")
         beam = "hivemind's" if self.read_beam_size == 0 else str(self.read_beam_size)
         return (f"directory: {self.shards} shards, {read} read per poll{more}, the last {self.remember_polls} "
                 f"poll{'s' if self.remember_polls != 1 else ''} remembered, read beam {beam}; fetch budget {budget}")

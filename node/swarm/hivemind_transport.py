@@ -341,7 +341,8 @@ class HivemindTransport:
         self._members = {peer_id: member_of(announcement) for peer_id, announcement in remembered.items()}
         self._listed = {peer_id: frozenset(d.round for d in announcement.batches)
                         for peer_id, announcement in remembered.items()}
-        wanted = self._inbox.choose(remembered.values(), config.fetch_budget, config.poll_interval_s, self._rng)
+        wanted = self._inbox.choose(remembered.values(), config.fetch_budget, config.poll_interval_s, self._rng,
+                                    config.fetch_horizon())
         for announcement, descriptor in wanted:
             task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
             self._fetches.add(task)

@@ -17,6 +17,7 @@ Thread-safe: the network thread calls ``consider``/``deliver``/``fail``, the tra
 """
 
 import hashlib
+import math
 import random
 import threading
 import time
@@ -190,12 +191,12 @@ class Inbox:
                 del self._pending[key]
                 self._count(peer_id, reason)
 
-    def choose(self, announcements: Iterable[Announcement], budget: int, tie_s: float,
-               rng: random.Random) -> list[tuple[Announcement, BatchDescriptor]]:
+    def choose(self, announcements: Iterable[Announcement], budget: int, tie_s: float, rng: random.Random,
+               horizon_s: float = math.inf) -> list[tuple[Announcement, BatchDescriptor]]:
         """The announced batches to fetch now, each already ``consider``-ed. ``budget`` 0: every one ``consider``
         takes. Otherwise a fetch budget (``sampling.py``): the freshest (ages in slices of ``tie_s``, better-scored
-        peers first, then at random), from distinct peers, as many as the batches in flight or waiting for the
-        trainer leave room for, up to ``budget``."""
+        peers first, then at random; none older than ``horizon_s``), from distinct peers, as many as the batches
+        in flight or waiting for the trainer leave room for, up to ``budget``."""
         if budget == 0:
             return [(a, d) for a in announcements for d in a.batches if self.consider(a, d)]
         with self._lock:
@@ -206,7 +207,7 @@ class Inbox:
             return []
         offers = [Offer(a.peer_id, d.created_at, (a, d)) for a in announcements if a.peer_id not in busy
                   for d in a.batches]
-        ranked = rank_offers(offers, self._clock(), tie_s, rng, scores)
+        ranked = rank_offers(offers, self._clock(), tie_s, rng, scores, horizon_s)
         return [offer.item for offer in pick(ranked, room, busy, lambda offer: self.consider(*offer.item))]
 
     def reject_announcement(self, peer_id: str, record: bytes = b"") -> None:

@@ -58,10 +58,11 @@ class MemoryHub:
 class MemoryTransport:
     def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
                  clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None,
-                 fetch_budget: int = 0, tie_s: float = 1.0, rng: random.Random | None = None):
-        """``fetch_budget``, ``tie_s``: as ``Inbox.choose`` takes them (0: every fresh batch)."""
+                 fetch_budget: int = 0, tie_s: float = 1.0, rng: random.Random | None = None,
+                 horizon_s: float = float("inf")):
+        """``fetch_budget``, ``tie_s``, ``horizon_s``: as ``Inbox.choose`` takes them (0: every fresh batch)."""
         self._hub, self._peer_id = hub, peer_id
-        self._fetch_budget, self._tie_s = fetch_budget, tie_s
+        self._fetch_budget, self._tie_s, self._horizon_s = fetch_budget, tie_s, horizon_s
         self._rng = rng if rng is not None else random.Random()
         self._outbox = Outbox(run_id, peer_id, clock=clock)
         self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
@@ -95,7 +96,8 @@ class MemoryTransport:
                 continue
             self._members[peer_id] = member_of(announcement)
             admitted.append(announcement)
-        for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng):
+        for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng,
+                                                              self._horizon_s):
             self._fetch(announcement.peer_id, descriptor)
         return self._inbox.drain(max_batches)
 

@@ -15,7 +15,9 @@ announcements to choose them, not all of them. So (docs/swarm.md, "How a node re
   taken better-scored first, then in random order (so nodes that see the same fresh batches spread their
   fetches over them instead of all taking the same one); one per peer at a time (distinct peers), each
   accepted by the caller's policy (the ``Inbox``: age, run, tokenizer, mutes, once only), up to the room
-  the budget leaves. A batch dated ahead of the node's clock ranks as the stalest.
+  the budget leaves. A batch dated ahead of the node's clock ranks as the stalest; one older than a horizon
+  (``fetch_horizon_s``) is not taken: the budget waits for fresher ones, which a node reading a sample of a
+  large swarm sees every poll.
 
 Pure Python (no hivemind): ``HivemindTransport`` and ``MemoryTransport`` drive it, and so does the policy
 simulation, ``benchmarks/swarm_policy.py``.
@@ -86,10 +88,12 @@ class Sampler(Generic[Item]):
             self._memory[peer_id] = (self._poll, item)
             self._memory.move_to_end(peer_id)
         oldest = self._poll - self.settings.remember_polls
-        while self._memory:
-            peer_id, (poll, _) = next(iter(self._memory.items()))
+        expired = []
+        for peer_id, (poll, _) in self._memory.items():  # oldest first: each read moves its peers to the end
             if poll > oldest:
                 break
+            expired.append(peer_id)
+        for peer_id in expired:
             del self._memory[peer_id]
 
     def forget(self, peer_id: str) -> None:
@@ -113,10 +117,12 @@ class Offer(Generic[Item]):
 
 
 def rank_offers(offers: Iterable[Offer[Item]], now: float, tie_s: float, rng: random.Random,
-                scores: Mapping[str, float] | None = None) -> list[Offer[Item]]:
+                scores: Mapping[str, float] | None = None, horizon_s: float = math.inf) -> list[Offer[Item]]:
     """Freshest first: by age in slices of ``tie_s`` (ages in one slice are equal), then by the peer's score
-    (``scores``, 1 for a peer without one) in tenths, then at random. A batch dated after ``now`` ranks last."""
+    (``scores``, 1 for a peer without one) in tenths, then at random. A batch dated after ``now`` ranks last;
+    one older than ``horizon_s`` is left out (a node that reads a sample sees fresher ones soon)."""
     scores = scores if scores is not None else {}
+    offers = [offer for offer in offers if now - offer.created_at <= horizon_s]
 
     def key(offer: Offer[Item]) -> tuple[float, float, float]:
         age = now - offer.created_at
