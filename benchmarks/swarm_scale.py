@@ -306,7 +306,8 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
     scratch = Path(tempfile.mkdtemp(prefix="ftis-bench-"))
     bootstrap, workers = None, []
     try:
-        bootstrap, _ = start_dht(bench_config(RUN_ID), scratch / "bootstrap.key", announce=False)
+        # the bootstrap stores records too: its schema must know every shard key
+        bootstrap, _ = start_dht(bench_config(RUN_ID, shards=args.shards), scratch / "bootstrap.key", announce=False)
         tree.add_dht(bootstrap)
         fields = dict(run_id=RUN_ID, initial_peers=[str(m) for m in bootstrap.get_visible_maddrs()],
                       poll_interval_s=poll, shards=args.shards, shards_per_poll=args.shards_per_poll,
