@@ -160,3 +160,13 @@ def test_the_settings_are_validated_in_one_place_and_shown_in_one_line():
                 {"fetch_budget": 65}, {"shards": 1025}):
         with pytest.raises(ValueError):
             SwarmConfig(**bad)
+
+
+def test_a_nodes_directory_settings_reach_status_through_its_peer_view(tmp_path):
+    from ftis.node.swarm.peer_view import PeerView, read_peer_view, write_peer_view
+
+    line = SwarmConfig(shards=64, shards_per_poll=2, fetch_budget=4).sampling_line()
+    write_peer_view(tmp_path, PeerView(1.0, 3, {}, {}, directory=line))
+    assert read_peer_view(tmp_path).directory == line
+    (tmp_path / "peers.json").write_text('{"time": 1.0, "round": 3, "peers": {}}')  # an older node's file
+    assert read_peer_view(tmp_path).directory == ""
