@@ -58,7 +58,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             if time.monotonic() >= next_log:
                 next_log += log_interval_s
                 neighbours = dht.run_coroutine(_count_neighbours)
-                members = read_members(dht, config.run_id, config.shards)
+                members = read_members(dht, config.run_id, config.shards, config.read_beam_size or None)
                 echo(f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
                      f"members announcing in run {config.run_id!r}: {len(members)}")
     finally:

@@ -103,8 +103,9 @@ def read_shards(dht: hivemind.DHT, run_id: str, shards: int, only: Sequence[int]
     return dht.run_coroutine(partial(_latest_values, keys=keys, beam_size=beam_size), return_future=True)
 
 
-def read_members(dht: hivemind.DHT, run_id: str, shards: int) -> list[Member]:
-    """The run's members now (blocking: for one-shot readers like ``ftis-node status``)."""
-    values = read_shards(dht, run_id, shards).result()
+def read_members(dht: hivemind.DHT, run_id: str, shards: int, beam_size: int | None = None) -> list[Member]:
+    """The run's members now, from every shard (blocking: for one-shot readers like ``ftis-node status``; in a
+    large run that is every record, times the copies the ``beam_size`` meets: ~3 KB × N × a few)."""
+    values = read_shards(dht, run_id, shards, beam_size=beam_size).result()
     return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
 
