@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ftis.node.dashboard import defaults as dashboard_defaults
+
 if TYPE_CHECKING:
     from ftis.node.config import SwarmConfig
 
@@ -76,6 +78,12 @@ def _swarm_config(**settings: object) -> "SwarmConfig":
     from ftis.node.config import SwarmConfig
 
     return _validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
+
+
+def _light_client_config(peer: list[str], run_id: str | None, shards: int | None) -> "SwarmConfig":
+    """A client that reads the DHT and announces nothing, listening on loopback only (status, dashboard)."""
+    return _swarm_config(initial_peers=peer, run_id=run_id, shards=shards, client_mode=True,
+                         host_maddrs=["/ip4/127.0.0.1/tcp/0"])
 
 
 def _default(section: str, field: str) -> object:
@@ -150,8 +158,7 @@ def status_command(
     except PeerViewError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    config = _swarm_config(initial_peers=peer, run_id=run_id, shards=shards, client_mode=True,
-                           host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    config = _light_client_config(peer, run_id, shards)
     scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
     try:
         dht, _ = start_dht(config, scratch / "identity.key", announce=False)
@@ -178,6 +185,49 @@ def status_command(
     typer.echo(members_table(members, config.run_id, view=view))
     typer.echo(f"read all {config.shards} shard{'s' if config.shards != 1 else ''} of the run"
                + ("" if view is None or not view.directory else f"; the node's {view.directory}"))
+
+
+@app.command("dashboard")
+def dashboard_command(
+    peer: Annotated[list[str] | None, typer.Option(
+        "--peer", help="Full multiaddr of any member (repeatable); without it, the nodes' folders only.")] = None,
+    run_id: RunId = None,
+    shards: Shards = None,
+    node: Annotated[list[Path] | None, typer.Option(
+        "--node", help="A node's folder (its --out): its figures over rounds, its peer scores (repeatable).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Serve on this address (a loopback one unless --public).")
+                    ] = dashboard_defaults.HOST,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Serve on this port (0: any free one).")
+                    ] = dashboard_defaults.PORT,
+    public: Annotated[bool, typer.Option(
+        "--public", help="Allow an address that is not loopback: anyone reaching it reads the page.")] = False,
+    refresh: Annotated[float, typer.Option(
+        "--refresh", min=0.5, help="Seconds between the page's updates and the reads of the DHT.")
+    ] = dashboard_defaults.REFRESH_S,
+    points: Annotated[int, typer.Option(
+        "--points", min=10, help="Points kept per line and node: a long run is thinned to this many.")
+    ] = dashboard_defaults.POINTS,
+) -> None:
+    """Serve a local web page: the run's members, and each node's figures over rounds and peer scores."""
+    from ftis.node.dashboard.run import DashboardRequest, run_dashboard
+    from ftis.node.dashboard.server import DashboardError
+    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.swarm.transport import SwarmError
+
+    swarm = _light_client_config(peer, run_id, shards) if peer else None
+    request = DashboardRequest(swarm=swarm, nodes=list(node or []), host=host, port=port, public=public,
+                               refresh_s=refresh, points=points)
+    exit_on_sigterm()
+    try:
+        run_dashboard(request, lambda line: typer.echo(line))
+    except DashboardError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except SwarmError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, Terminated):
+        typer.echo("stopped: the server and the DHT client are shut down")
 
 
 @app.command("identity")
@@ -338,6 +388,9 @@ def demo_command(
         "(default: the config's [demo] solo, on).")] = None,
     display: Annotated[str, typer.Option("--display", help="auto (a live table on a terminal), table or lines.")
                        ] = "auto",
+    dashboard: Annotated[bool, typer.Option(
+        "--dashboard", help="Also serve the browser dashboard on the swarm and its nodes (its address is printed).")
+    ] = False,
 ) -> None:
     """A heterogeneous swarm on this machine: warm-up, a bootstrap and three nodes, live table, summary, plot."""
     if display not in ("auto", "table", "lines"):
@@ -350,7 +403,8 @@ def demo_command(
     from ftis.node.warmup.cache import WarmupCacheError
 
     exit_on_sigterm()
-    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display, started=_STARTED)
+    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display, started=_STARTED,
+                          dashboard=dashboard)
     try:
         run_demo(request, lambda line: typer.echo(line))
     except ConfigError as error:

@@ -1,11 +1,17 @@
-"""Protocol-v1 announcements: what a peer says about itself and its recent batches in the DHT.
+"""Announcements: what a peer says about itself and its recent batches in the DHT.
 
-Wire form: ``{"v": 1, "kind": "announcement", "body": {...}}`` with
+Wire form: ``{"v": 2, "kind": "announcement", "body": {...}}`` with
 
     run_id, peer_id, model: str;  adapter: "full"|"lora";  tokenizer: str (fingerprint)
     policy_version, published_batches, published_tokens: int;  updated_at: float (unix seconds)
     batches: [{seq: int (the batch's round), groups: int, tokens: int, bytes: int, sha256: bin(32),
                policy_version: int, created_at: float}]      at most MAX_ANNOUNCED_BATCHES
+    reach:   {how: one of REACH_HOW, addrs: [str]}           v2 only (a v1 announcement's reach is unknown)
+
+``reach.addrs`` are the circuit addresses of a relayed peer (1 to MAX_RELAY_ADDRS of them, none otherwise), each
+``<relay's address>/p2p/<relay id>/p2p-circuit``, optionally followed by ``/p2p/<the announcing peer>``: what
+libp2p advertises for a node that holds a relay slot. They inform (``ftis-node status``, a fetch's accounting);
+a fetch dials the peer id, never an address a peer wrote, so a false one misleads nobody's dialler.
 
 A receiver fetches a listed batch from the peer, checks its size and SHA-256 against the
 announcement (which the DHT only accepts signed by the peer's key), then decodes it. Decoding is
@@ -13,6 +19,7 @@ strict and total like ``decode``: a ``DecodeError`` names the field, nothing is 
 """
 
 import builtins
+import re
 from dataclasses import dataclass
 
 import msgpack
@@ -25,10 +32,13 @@ from ftis.protocol.limits import (
     MAX_ANNOUNCEMENT_BYTES,
     MAX_BATCH_TOKENS,
     MAX_GROUPS,
+    MAX_MULTIADDR_CHARS,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_RELAY_ADDRS,
     MAX_ROUND,
     PROTOCOL_VERSION,
+    REACH_HOW,
     SHA256_BYTES,
 )
 from ftis.protocol.reader import FieldReader
@@ -36,6 +46,9 @@ from ftis.protocol.reader import FieldReader
 KIND_ANNOUNCEMENT = "announcement"
 _INT64_MAX = (1 << 63) - 1
 _MAX_TIME = 1e11
+_PEER_ID = r"[1-9A-HJ-NP-Za-km-z]{32,128}"  # libp2p's base58 form
+# A relay's address (components of letters, digits and ``.:-_%``), its peer id, the circuit, maybe our peer id.
+_CIRCUIT = re.compile(rf"\A(?:/[0-9A-Za-z.:_%-]+)+/p2p/(?P<relay>{_PEER_ID})/p2p-circuit(?:/p2p/(?P<peer>[^/]+))?\Z")
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,27 @@ class BatchDescriptor:
 
 
 @dataclass(frozen=True)
+class Reach:
+    """How peers reach the announcing peer (``REACH_HOW``), and its circuit addresses when relayed."""
+
+    how: str = "unknown"
+    addrs: tuple[str, ...] = ()
+
+    @property
+    def relays(self) -> tuple[str, ...]:
+        """The peer ids of the relays that hold a slot for it, in order, each once."""
+        return tuple(dict.fromkeys(relay_of(addr) for addr in self.addrs))
+
+
+def relay_of(circuit_addr: str) -> str:
+    """The relay's peer id in a circuit address (``ValueError`` if it is none)."""
+    match = _CIRCUIT.match(circuit_addr)
+    if match is None or circuit_addr.count("/p2p-circuit") != 1:
+        raise ValueError(f"not a circuit address: {circuit_addr[:MAX_MULTIADDR_CHARS]!r}")
+    return match["relay"]
+
+
+@dataclass(frozen=True)
 class Announcement:
     run_id: str
     peer_id: str
@@ -61,6 +95,7 @@ class Announcement:
     published_tokens: int
     updated_at: float
     batches: tuple[BatchDescriptor, ...]
+    reach: Reach = Reach()
 
 
 def encode_announcement(announcement: Announcement) -> bytes:
@@ -86,6 +121,7 @@ def encode_announcement(announcement: Announcement) -> bytes:
             }
             for d in announcement.batches
         ],
+        "reach": {"how": announcement.reach.how, "addrs": list(announcement.reach.addrs)},
     }
     try:
         data = msgpack.packb({"v": PROTOCOL_VERSION, "kind": KIND_ANNOUNCEMENT, "body": body}, use_bin_type=True)
@@ -99,10 +135,11 @@ def encode_announcement(announcement: Announcement) -> bytes:
 
 
 def decode_announcement(data: bytes) -> Announcement:
-    body = unpack_message(data, KIND_ANNOUNCEMENT, MAX_ANNOUNCEMENT_BYTES)
+    version, body = unpack_message(data, KIND_ANNOUNCEMENT, MAX_ANNOUNCEMENT_BYTES)
+    peer_id = body.text("peer_id", MAX_NAME_CHARS)
     result = Announcement(
         run_id=body.text("run_id", MAX_NAME_CHARS),
-        peer_id=body.text("peer_id", MAX_NAME_CHARS),
+        peer_id=peer_id,
         model=body.text("model", MAX_NAME_CHARS),
         adapter=body.choice("adapter", ADAPTERS),
         tokenizer=body.text("tokenizer", MAX_NAME_CHARS),
@@ -114,6 +151,7 @@ def decode_announcement(data: bytes) -> Announcement:
             _descriptor(FieldReader(value, f"body.batches[{i}]"))
             for i, value in enumerate(body.array("batches", 0, MAX_ANNOUNCED_BATCHES))
         ),
+        reach=Reach() if version < 2 else _reach(body.map("reach"), peer_id),
     )
     body.done()
     rounds = [d.round for d in result.batches]
@@ -137,3 +175,25 @@ def _descriptor(reader: FieldReader) -> BatchDescriptor:
     )
     reader.done()
     return result
+
+
+def _reach(reader: FieldReader, peer_id: str) -> Reach:
+    how = reader.choice("how", REACH_HOW)
+    addrs = reader.array("addrs", 0, MAX_RELAY_ADDRS)
+    reader.done()
+    for i, addr in enumerate(addrs):
+        where = f"{reader.path('addrs')}[{i}]"
+        if type(addr) is not str or len(addr) > MAX_MULTIADDR_CHARS:
+            raise DecodeError(where, f"expected a string of at most {MAX_MULTIADDR_CHARS} characters")
+        try:
+            relay = relay_of(addr)
+        except ValueError as error:
+            raise DecodeError(where, str(error)) from None
+        match = _CIRCUIT.match(addr)
+        if relay == peer_id or (match is not None and match["peer"] not in (None, peer_id)):
+            raise DecodeError(where, "a circuit address relays to the announcing peer through another peer")
+    if len(set(addrs)) != len(addrs):
+        raise DecodeError(reader.path("addrs"), "addresses must be unique")
+    if (how == "relayed") != bool(addrs):
+        raise DecodeError(reader.path("addrs"), "a relayed peer lists its circuit addresses, and only it does")
+    return Reach(how, tuple(addrs))

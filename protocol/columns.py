@@ -1,5 +1,5 @@
 """The token column of a batch: every token id and every quantised sampler log-prob, in one
-compressed blob (protocol v1).
+compressed blob (protocol v1 and v2).
 
 Layout before compression: the ids of the whole batch (each group's prompt, then its completions,
 group after group) packed little-endian in ``id_width`` bytes each, then the quantised log-probs of

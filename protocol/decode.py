@@ -1,7 +1,7 @@
-"""Protocol-v1 decoding: strict and total.
+"""Protocol decoding (v1 and v2): strict and total.
 
-Wire form: a msgpack map ``{"v": 1, "kind": "batch", "body": {...}}``. The body is columnar, so
-decoding does a small, fixed amount of Python work per completion and none per token:
+Wire form: a msgpack map ``{"v": 2, "kind": "batch", "body": {...}}`` (v1: ``"v": 1``, the same body). The body
+is columnar, so decoding does a small, fixed amount of Python work per completion and none per token:
 
     run_id, peer_id: str;  seq: int (the round);  created_at: float (unix seconds)
     policy:      {model: str, revision: str, adapter: "full"|"lora", policy_version: int}
@@ -64,11 +64,12 @@ _MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
 
 def decode(data: bytes) -> RolloutBatch:
     """The batch in ``data``."""
-    return _batch(unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES))
+    _, body = unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES)  # v1 and v2 batches are alike
+    return _batch(body)
 
 
-def unpack_message(data: bytes, kind: str, max_bytes: int) -> FieldReader:
-    """The body of a message of ``kind`` (the envelope checked: size, msgpack, version, kind)."""
+def unpack_message(data: bytes, kind: str, max_bytes: int) -> tuple[int, FieldReader]:
+    """The version and body of a message of ``kind`` (the envelope checked: size, msgpack, version, kind)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise DecodeError("payload", f"expected bytes, got {type(data).__name__}")
     if len(data) > max_bytes:
@@ -82,7 +83,7 @@ def unpack_message(data: bytes, kind: str, max_bytes: int) -> FieldReader:
         raise DecodeError("kind", f"expected a {kind!r} message, got {found!r}")
     body = envelope.map("body")
     envelope.done()
-    return body
+    return version, body
 
 
 def _unpack(data: bytes) -> Any:

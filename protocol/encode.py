@@ -1,4 +1,4 @@
-"""Protocol-v1 encoding of a ``RolloutBatch`` (the wire layout is described in ``decode.py``).
+"""Protocol encoding of a ``RolloutBatch``, at ``PROTOCOL_VERSION`` (the wire layout is in ``decode.py``).
 
 ``encode`` checks what the format cannot represent (positive or non-finite log-probs, ids outside
 the vocabulary, parts of a completion that do not match), then validates by decoding what it
@@ -20,7 +20,7 @@ from ftis.protocol.schema import CompletionColumns, Group, RolloutBatch
 
 
 def encode(batch: RolloutBatch) -> bytes:
-    """The protocol-v1 bytes of ``batch``."""
+    """The protocol bytes of ``batch``."""
     vocab_size = batch.tokenizer.vocab_size
     if type(vocab_size) is not int:  # compared with every id below, so checked before decode would
         raise EncodeError("tokenizer.vocab_size", f"expected an integer, got {type(vocab_size).__name__}")

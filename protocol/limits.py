@@ -1,8 +1,9 @@
 """Named limits of protocol v1. The decoder refuses anything beyond them before building anything;
 the transport refuses a payload over ``MAX_PAYLOAD_BYTES`` before reading it."""
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+# v2: an announcement says how peers reach its peer (``reach``); a batch's body is the same in v1 and v2.
+PROTOCOL_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024  # one encoded batch
 MAX_GROUPS = 4096  # groups in one batch
@@ -43,3 +44,10 @@ MAX_ANNOUNCEMENT_TTL_S = 300.0
 MAX_CLOCK_AHEAD_S = 60.0  # how far ahead of a node's clock a peer's date may be (hivemind needs < 3 s to bootstrap)
 MAX_ANNOUNCED_BATCHES = 16
 SHA256_BYTES = 32
+# How an announcing peer says it is reached (v2): not known yet; at its own addresses; through relays that hold
+# a slot for it, at the circuit addresses it lists (at most MAX_RELAY_ADDRS); "private": AutoNAT found that
+# peers outside its own network cannot dial it, and no relay holds a slot for it (peers on its network still
+# can: a LAN or one machine); or not at all (client mode: its batches are not fetched, nor waited for).
+REACH_HOW = ("unknown", "direct", "relayed", "private", "unreachable")
+MAX_RELAY_ADDRS = 4
+MAX_MULTIADDR_CHARS = 256

@@ -1,5 +1,5 @@
-"""Protocol-v1 announcements: the round trip, strict decoding, and an encoder that refuses what the
-decoder would.
+"""Announcements: the round trip, strict decoding (v2's ``reach`` included: a hostile peer's addresses), and an
+encoder that refuses what the decoder would.
 
 Run: python -m pytest tests/test_announcement.py -q
 
@@ -17,10 +17,27 @@ import msgpack
 import pytest
 
 from ftis.protocol import DecodeError, EncodeError
-from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
-from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_ANNOUNCEMENT_BYTES, MAX_NAME_CHARS, SHA256_BYTES
+from ftis.protocol.announcement import (
+    Announcement,
+    BatchDescriptor,
+    Reach,
+    decode_announcement,
+    encode_announcement,
+    relay_of,
+)
+from ftis.protocol.limits import (
+    MAX_ANNOUNCED_BATCHES,
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_MULTIADDR_CHARS,
+    MAX_NAME_CHARS,
+    MAX_RELAY_ADDRS,
+    SHA256_BYTES,
+)
 
 NOW = 1_700_000_000.25
+PEER = "12D3KooW" + "Ab3xY9" * 7 + "Zq"  # 52 characters, like a base58 libp2p peer id
+RELAY = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
+CIRCUIT = f"/ip4/203.0.113.7/tcp/31337/p2p/{RELAY}/p2p-circuit"
 
 
 def descriptor(round_: int, **changes: Any) -> BatchDescriptor:
@@ -35,7 +52,7 @@ def announcement(count: int = 3, **changes: Any) -> Announcement:
     tokenizer fingerprint."""
     fields = dict(
         run_id="gsm8k-qwen-run-1",
-        peer_id="12D3KooW" + "Ab3xY9" * 7 + "Zq",  # 52 characters, like a base58 libp2p peer id
+        peer_id=PEER,
         model="Qwen/Qwen2.5-1.5B-Instruct",
         adapter="lora",
         tokenizer="sha256:" + hashlib.sha256(b"tokenizer").hexdigest(),
@@ -55,6 +72,10 @@ def mutated(change) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
+def reach_set(how: str, addrs: list[Any]):
+    return lambda m: m["body"].__setitem__("reach", {"how": how, "addrs": addrs})
+
+
 def body_set(key: str, value: Any):
     return lambda m: m["body"].__setitem__(key, value)
 
@@ -70,6 +91,35 @@ def first_batch_set(key: str, value: Any):
 def test_round_trip(count):
     original = announcement(count)
     assert decode_announcement(encode_announcement(original)) == original
+
+
+@pytest.mark.parametrize("reach", [
+    Reach(), Reach("direct"), Reach("unreachable"), Reach("relayed", (CIRCUIT,)),
+    Reach("relayed", (f"{CIRCUIT}/p2p/{PEER}", "/ip6/2001:db8::7/udp/4001/quic-v1/p2p/" + RELAY + "/p2p-circuit",
+                      f"/dns4/relay.example.org/tcp/443/p2p/{RELAY[:-1]}Y/p2p-circuit")),
+], ids=["unknown", "direct", "unreachable", "relayed", "relayed-several"])
+def test_reach_round_trip(reach):
+    original = announcement(MAX_ANNOUNCED_BATCHES, reach=reach)
+    data = encode_announcement(original)
+    assert msgpack.unpackb(data)["v"] == 2
+    assert decode_announcement(data) == original
+
+
+def test_a_v1_announcement_has_no_reach():
+    message = msgpack.unpackb(encode_announcement(announcement()), raw=False)
+    message["v"] = 1
+    del message["body"]["reach"]
+    assert decode_announcement(msgpack.packb(message, use_bin_type=True)) == announcement()
+
+
+def test_relays_of_a_reach():
+    other = f"/ip4/198.51.100.2/tcp/1/p2p/{RELAY[:-1]}Y/p2p-circuit/p2p/{PEER}"
+    reach = Reach("relayed", (CIRCUIT, f"{CIRCUIT[:-12]}/p2p-circuit/p2p/{PEER}", other))
+    assert reach.relays == (RELAY, RELAY[:-1] + "Y")
+    assert relay_of(CIRCUIT) == RELAY
+    for not_circuit in (f"/ip4/1.2.3.4/tcp/1/p2p/{RELAY}", f"{CIRCUIT}/p2p/{RELAY}/p2p-circuit", "p2p-circuit", ""):
+        with pytest.raises(ValueError):
+            relay_of(not_circuit)
 
 
 def test_round_trip_at_the_name_limits():
@@ -95,7 +145,8 @@ def test_typical_announcement_is_small():
 
 MALFORMED = {
     # envelope
-    "version_2": (lambda m: m.__setitem__("v", 2), "v"),
+    "version_3": (lambda m: m.__setitem__("v", 3), "v"),
+    "version_1_with_reach": (lambda m: m.__setitem__("v", 1), "body"),  # v1 has no reach field
     "version_is_str": (lambda m: m.__setitem__("v", "1"), "v"),
     "kind_batch": (lambda m: m.__setitem__("kind", "batch"), "kind"),
     "envelope_extra_field": (lambda m: m.__setitem__("extra", 1), "envelope"),
@@ -136,6 +187,32 @@ MALFORMED = {
     "bytes_over_payload_limit": (first_batch_set("bytes", 1 << 40), "body.batches[0].bytes"),
     "created_at_negative": (first_batch_set("created_at", -1.0), "body.batches[0].created_at"),
     "created_at_infinite": (first_batch_set("created_at", float("inf")), "body.batches[0].created_at"),
+    # reach (v2): what a hostile peer may write about how it is reached
+    "reach_missing": (lambda m: m["body"].pop("reach"), "body.reach"),
+    "reach_not_a_map": (body_set("reach", "relayed"), "body.reach"),
+    "reach_unknown_field": (lambda m: m["body"]["reach"].__setitem__("port", 1), "body.reach"),
+    "reach_how_unknown": (reach_set("teleported", []), "body.reach.how"),
+    "reach_relayed_without_addrs": (reach_set("relayed", []), "body.reach.addrs"),
+    "reach_direct_with_addrs": (reach_set("direct", [CIRCUIT]), "body.reach.addrs"),
+    "reach_unreachable_with_addrs": (reach_set("unreachable", [CIRCUIT]), "body.reach.addrs"),
+    "reach_too_many_addrs": (reach_set("relayed", [CIRCUIT.replace("443", str(i)).replace("31337", str(i))
+                                                   for i in range(MAX_RELAY_ADDRS + 1)]), "body.reach.addrs"),
+    "reach_addrs_not_a_list": (reach_set("relayed", {CIRCUIT: 1}), "body.reach.addrs"),
+    "reach_addr_not_a_string": (reach_set("relayed", [CIRCUIT.encode()]), "body.reach.addrs[0]"),
+    "reach_addr_too_long": (reach_set("relayed", ["/dns4/" + "a" * MAX_MULTIADDR_CHARS + CIRCUIT]),
+                            "body.reach.addrs[0]"),
+    "reach_addr_not_a_circuit": (reach_set("relayed", [f"/ip4/203.0.113.7/tcp/31337/p2p/{RELAY}"]),
+                                 "body.reach.addrs[0]"),
+    "reach_addr_two_circuits": (reach_set("relayed", [f"{CIRCUIT}/p2p/{RELAY[:-1]}Y/p2p-circuit"]),
+                                "body.reach.addrs[0]"),
+    "reach_addr_for_another_peer": (reach_set("relayed", [f"{CIRCUIT}/p2p/{RELAY[:-1]}Y"]), "body.reach.addrs[0]"),
+    "reach_addr_relay_is_itself": (reach_set("relayed", [f"/ip4/203.0.113.7/tcp/1/p2p/{PEER}/p2p-circuit"]),
+                                   "body.reach.addrs[0]"),
+    "reach_addr_relay_not_a_peer_id": (reach_set("relayed", ["/ip4/203.0.113.7/tcp/1/p2p/0OIl/p2p-circuit"]),
+                                       "body.reach.addrs[0]"),
+    "reach_addr_terminal_escape": (reach_set("relayed", ["/ip4/\x1b[2J/tcp/1" + CIRCUIT]), "body.reach.addrs[0]"),
+    "reach_addr_newline": (reach_set("relayed", [CIRCUIT + "\n"]), "body.reach.addrs[0]"),
+    "reach_addrs_repeated": (reach_set("relayed", [CIRCUIT, CIRCUIT]), "body.reach.addrs"),
 }
 
 

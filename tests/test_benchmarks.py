@@ -1,6 +1,7 @@
-"""The CPU benchmarks of the node (``benchmarks/trainer.py``, ``benchmarks/generation.py``) run end to end in their
-``--quick`` form and print figures that parse, so they cannot rot between the runs that measure the figures of
-docs/benchmarks.md; their pure helpers are checked on hand-built inputs. Nothing here times anything.
+"""The CPU benchmarks of the node (``benchmarks/trainer.py``, ``benchmarks/generation.py``) and the relayed-fetch
+benchmark (``benchmarks/relay_fetch.py``, where network namespaces can be built: about 30-60 s) run end to end in
+their ``--quick`` form and print figures that parse, so they cannot rot between the runs that measure the figures
+of docs/benchmarks.md; their pure helpers are checked on hand-built inputs. Nothing here times anything.
 
 Run: python -m pytest tests/test_benchmarks.py -q
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.netns import require_netns
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,6 +102,71 @@ def test_learning_benchmark_sums_seeds_up_as_mean_and_standard_error(benchmarks)
     assert "goal ≥ 10 points within 150 rounds: met (+11.5)" in "\n".join(lines)
     assert learning.node_config("medium", 2, (("trainer.learning_rate", 3e-4),)).trainer.learning_rate == 3e-4
     assert learning.node_config("medium", 2).loop.mode == "async"  # alone: it waits for no peer
+
+
+@pytest.mark.hivemind
+@pytest.mark.netns
+def test_relay_fetch_benchmark_quick_fetches_each_size_directly_and_through_the_relay(benchmarks, capsys):
+    require_netns()
+    relay_fetch = benchmarks("relay_fetch")
+    status = relay_fetch.main(["--quick"])
+    printed = capsys.readouterr().out
+    if "the relay applied go-libp2p's default limits" in printed:  # a known fault of hivemind's p2pd, docs/nat.md
+        pytest.xfail("the bootstrap's p2pd served with go-libp2p's default relay limits, not its relay_* settings")
+    assert status == 0, printed
+    for size in ("64 KiB", "1 MiB", "8 MiB"):
+        rows = table_rows(printed, size)
+        assert [row[1] for row in rows] == ["direct", "relayed"], printed
+        for row in rows:
+            assert row[2] == row[1] and (row[3], row[4]) == ("3", "0"), printed  # the path it says, none failed
+            assert row[5].endswith(" ms") and float(row[7].removesuffix(" MB/s")) > 0, printed
+    first = re.search(r"first fetch of its batch succeeded after ([\d.]+) s \(\d+ attempts?, via relayed\)", printed)
+    assert first and float(first.group(1)) > 0, printed
+
+
+def test_relay_fetch_benchmark_sums_fetches_up_per_size_and_path(benchmarks):
+    relay_fetch = benchmarks("relay_fetch")
+
+    def fetch(label, round_, seconds, warmup=False, via=None, error=None):
+        return {"label": label, "round": round_, "bytes": 2_000_000 * (round_ + 1), "seconds": seconds,
+                "warmup": warmup, "via": [label] if via is None else via, "error": error}
+
+    fetches = [fetch("direct", 0, 9.0, warmup=True), fetch("direct", 0, 0.01), fetch("direct", 0, 0.03),
+               fetch("direct", 0, 0.02), fetch("relayed", 0, 0.04), fetch("relayed", 0, None, via=[], error="reset"),
+               fetch("relayed", 0, 0.02), fetch("direct", 1, 0.1), fetch("relayed", 1, 0.3)]
+    direct, relayed, direct_1, relayed_1 = relay_fetch.summarize(fetches, [2 * relay_fetch.MIB, 4 * relay_fetch.MIB])
+    assert (direct["fetches"], direct["failed"], direct["median_s"]) == (3, 0, 0.02)  # the warm-up left out
+    assert direct["p90_s"] == pytest.approx(0.028) and direct["mb_s"] == pytest.approx(100.0)
+    assert (relayed["fetches"], relayed["failed"], relayed["median_s"]) == (3, 1, pytest.approx(0.03))
+    assert relayed["relayed_over_direct"] == pytest.approx(1.5) and relayed["errors"] == ["reset"]
+    assert relayed_1["relayed_over_direct"] == pytest.approx(3.0) and "relayed_over_direct" not in direct_1
+    startup = relay_fetch.Startup(4.0, None, 21.5, 3, ["relayed"])
+    cpu = relay_fetch.Cpu(0.5, {"direct": 0.2, "relayed": 0.9}, {"direct": 50.0, "relayed": 100.0}, 2.0)
+    lines = relay_fetch.format_report([direct, relayed], startup, cpu)
+    printed = "\n".join(lines)
+    assert table_rows(printed, "2 MiB")[1][1:] == ["relayed", "relayed", "3", "1", "30.0 ms", "38.0 ms", "66.7 MB/s",
+                                                   "1.50× the time"]
+    assert "2 MiB relayed: failed: reset" in printed
+    assert "relayed address (not seen), first fetch of its batch succeeded after 21.5 s (3 attempts, via relayed)" \
+        in printed
+    assert "p2pd CPU per MB fetched: the relay 5.0 ms; the serving peer 4.0 ms direct, 9.0 ms relayed" in printed
+    assert "go-libp2p's default limits" not in printed  # one failure, and not of that kind
+
+    def cut(read):
+        return fetch("relayed", 0, None, via=[], error=f"IncompleteReadError: {read} bytes read on a total of 9")
+
+    rows = relay_fetch.summarize([fetch("direct", 0, 0.01), fetch("relayed", 0, 0.02), cut(32760), cut(98304)],
+                                 [2 * relay_fetch.MIB])
+    assert "the relay applied go-libp2p's default limits" in "\n".join(relay_fetch.format_report(rows, None))
+    rows = relay_fetch.summarize([fetch("direct", 0, 0.01), cut(32760), cut(500_000)], [2 * relay_fetch.MIB])
+    assert not relay_fetch.cut_at_default_relay_limit(rows)  # one broke off later: something else
+
+
+def test_relay_fetch_benchmark_says_why_it_cannot_build_namespaces(benchmarks, monkeypatch, capsys):
+    netns = benchmarks("netns")
+    monkeypatch.setattr(netns, "cannot_build", lambda: "network namespaces need root (ip netns add)")
+    assert benchmarks("relay_fetch").main(["--quick"]) == 2
+    assert "cannot build the NAT topology: network namespaces need root" in capsys.readouterr().err
 
 
 def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(benchmarks, capsys):

@@ -1,6 +1,7 @@
 """``ftis-node demo`` as a user runs it, shortened by a test config (tiny warm-up, a few rounds, a small
 evaluation): a bootstrap and three node processes over real hivemind on 127.0.0.1, the summary, the plot,
-and nothing left running afterwards — also when it is stopped with Ctrl-C or SIGTERM, or a node dies.
+and nothing left running afterwards — also when it is stopped with Ctrl-C or SIGTERM (with its dashboard
+serving the swarm), or a node dies.
 
 Run: python -m pytest tests/test_demo_cli.py -q   (marker ``hivemind``; about a minute per test on 2 cores)
 """
@@ -10,6 +11,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -111,7 +113,7 @@ def metrics(folder) -> tuple[list[dict], list[dict]]:
 
 
 def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, tmp_path):
-    demo = CliProcess(*demo_args, "--rounds", "2", "--solo")
+    demo = CliProcess(*demo_args, "--rounds", "2", "--solo", "--dashboard")
     try:
         demo.wait_for(lambda line: line.startswith("small-lora:"), timeout=120)
         family = descendants(demo)
@@ -142,14 +144,18 @@ def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, t
     assert all(node["start_accuracy"] is not None and node["solo_end_accuracy"] is not None for node in data["nodes"])
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {out / 'accuracy.png'}" in output
+    assert f"ftis-node dashboard --node {out / 'small'} --node {out / 'medium'}" in output  # to look again
+    assert "stopped: the server and the DHT client are shut down" in (out / "dashboard.log").read_text()
     assert_nothing_left(demo, family, output)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_process_it_started(demo_args, signum):
-    demo = CliProcess(*demo_args, "--rounds", "10000")
+    demo = CliProcess(*demo_args, "--rounds", "10000", "--dashboard")
     try:
+        url = re.search(r"http://\S+/", demo.wait_for(lambda line: line.startswith("dashboard (pid "), timeout=180))[0]
         demo.wait_for(lambda line: re.match(r"small-lora +round +1 ", line) is not None, timeout=180)
+        assert_dashboard_shows_the_demo(url)
         family = descendants(demo)
         assert len(family) >= 4 * 2  # each node and the bootstrap have a DHT process and a p2pd below them
         demo.process.send_signal(signum)  # a terminal's Ctrl-C reaches the demo alone: children have own groups
@@ -160,6 +166,21 @@ def test_ctrl_c_or_sigterm_stops_every_process_it_started(demo_args, signum):
     assert "stopped: every process the demo started has ended" in output
     assert "Traceback" not in output, output
     assert_nothing_left(demo, family, output)
+
+
+def assert_dashboard_shows_the_demo(url: str) -> None:
+    """``--dashboard``: the page's endpoints show the three nodes' rounds and, from the DHT, the three members."""
+    def get(path: str) -> dict:
+        with urllib.request.urlopen(url + path, timeout=10) as response:
+            return json.loads(response.read())
+
+    nodes = get("api/nodes")["nodes"]
+    assert [node["name"] for node in nodes] == list(NODES)
+    assert all(node["series"]["own_reward"] for node in nodes)
+    deadline = time.monotonic() + 60
+    while get("api/members")["count"] < len(NODES):
+        assert time.monotonic() < deadline, get("api/members")
+        time.sleep(0.5)
 
 
 def test_a_node_that_dies_stops_the_demo_which_names_it(demo_args):

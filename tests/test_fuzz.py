@@ -55,7 +55,7 @@ def test_mutation_fuzz_of_the_decoders():
         outcomes[target.name, "accepted" if outcome.field is None else "refused"] += 1
         used[kind] += 1
     assert set(used) == set(MUTATIONS)
-    assert min(outcomes.values()) > 100 and len(outcomes) == 4, outcomes  # both targets accept and refuse
+    assert min(outcomes.values()) > 50 and len(outcomes) == 4, outcomes  # both accept and refuse (>1 in 8)
 
 
 @settings(FUZZ, max_examples=60)

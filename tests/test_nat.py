@@ -1,6 +1,6 @@
 """A node behind a real NAT serves its batches through the bootstrap's relay (docs/nat.md).
 
-Network namespaces (``helpers.netns``): the bootstrap (``ftis-node bootstrap``, offering a relay by default)
+Network namespaces (``benchmarks/netns.py``): the bootstrap (``ftis-node bootstrap``, offering a relay by default)
 and a public node in "public", a node in "home" behind a masquerading router, with the default
 ``reachability = "auto"``. The test shows that nothing in "public" can open a TCP connection to the home node's
 listening port (neither at its own address, unroutable from there, nor at the router's: nothing is forwarded),

@@ -59,6 +59,23 @@ def test_a_built_wheel_holds_every_module(tmp_path):
             relative = module.relative_to(ROOT / folder)
             assert f"{package.replace('.', '/')}/{relative.as_posix()}" in names
     assert any(name.endswith("entry_points.txt") for name in names)
+    for package, patterns in _pyproject()["tool"]["setuptools"]["package-data"].items():  # the dashboard's page...
+        folder = _source_folder(package)
+        for pattern in patterns:
+            files = list(folder.glob(pattern))
+            assert files, f"{package}: {pattern} matches no file"
+            for file in files:
+                assert f"{package.replace('.', '/')}/{file.relative_to(folder).as_posix()}" in names
+
+
+def _source_folder(package: str) -> Path:
+    """The source folder of an installed package name: ftis.node.demo -> node/demo."""
+    for folder, top in SOURCE_FOLDERS.items():
+        if package == top:
+            return ROOT / folder
+        if package.startswith(top + "."):
+            return ROOT / folder / package.removeprefix(top + ".").replace(".", "/")
+    raise AssertionError(f"{package} is in no source folder")
 
 
 def test_benchmarks_import_only_the_product_and_their_own_modules():

@@ -4,6 +4,7 @@
 Run: python -m pytest tests/test_peer_scores_output.py -q
 """
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -86,11 +87,25 @@ def test_the_members_table_adds_the_nodes_scores_and_mutes(tmp_path):
     assert lines[1] == "scores: the node's view of round 12, 3 s ago"
     assert lines[2] == "the node: 0 failed announcements and 0 failed reads of the DHT since it started"
     assert lines[3].split() == ["peer", "id", "model", "adapter", "policy", "batches", "tokens", "last", "seen",
-                                "score", "muted"]
+                                "reached", "score", "muted"]
     rows = {line.split()[0]: line.split() for line in lines[4:]}
     assert rows[PEER_A][-2:] == ["0.95", "no"]
     assert rows[PEER_B][-4:] == ["0.20", "240", "s", "more"]
     assert rows["12D3KooWSelf"][-2:] == ["-", "-"]  # the node itself, or a member it has no record of
+    assert rows[PEER_A][-3] == "?"  # it did not say how it is reached
+
+
+def test_the_members_table_says_how_each_member_is_reached():
+    relay, other = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo", "QmRelayTwo" + "x" * 36
+    members = [dataclasses.replace(member(f"peer-{how}"), reach=how)
+               for how in ("direct", "private", "unreachable", "unknown")]
+    members += [dataclasses.replace(member("peer-relayed"), reach="relayed", relays=(relay,)),
+                dataclasses.replace(member("peer-relayed-twice"), reach="relayed", relays=(relay, other))]
+    rows = {line.split()[0]: line for line in members_table(members, "run-x", now=NOW).splitlines()[2:]}
+    assert rows["peer-direct"].endswith(" direct") and rows["peer-unreachable"].endswith(" unreachable")
+    assert rows["peer-unknown"].endswith(" ?") and rows["peer-private"].endswith(" private")
+    assert rows["peer-relayed"].endswith(" relay 12D3KooWQYhTNQdm…")
+    assert rows["peer-relayed-twice"].endswith(" relay 12D3KooWQYhTNQdm… +1")
 
 
 def test_status_with_a_folder_without_a_view_exits_before_joining(tmp_path):

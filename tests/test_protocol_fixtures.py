@@ -1,4 +1,4 @@
-"""Protocol v1's fixed-bytes fixtures still decode, to exactly what they decoded to when written.
+"""Protocol v1's (and v2's) fixed-bytes fixtures still decode, to exactly what they decoded to when written.
 
 Run: python -m pytest tests/test_protocol_fixtures.py -q
 
@@ -7,7 +7,8 @@ their decoded content, every field, log-probs as exact float values. The format 
 so every later version of the decoder must read these bytes the same way: a failure here
 means a change broke v1, not that the fixture needs regenerating. This test never writes them
 (``tests/fixtures/protocol/make_v1.py`` does, once). ``v1/invalid/*.bin`` must stay refused, with
-the field ``v1/invalid/index.json`` names.
+the field ``v1/invalid/index.json`` names. ``v2/small.msgpack`` is v1's small batch as a v2 encoder writes it
+(a v2 batch has v1's body).
 """
 
 import json
@@ -21,7 +22,8 @@ import pytest
 from ftis.protocol import DecodeError, RolloutBatch, decode, encode
 
 V1 = Path(__file__).parent / "fixtures" / "protocol" / "v1"
-VALID = sorted(V1.glob("*.msgpack"))
+V2 = V1.parent / "v2"
+VALID = sorted(V1.glob("*.msgpack")) + sorted(V2.glob("*.msgpack"))
 INVALID = json.loads((V1 / "invalid" / "index.json").read_text())
 
 
@@ -59,15 +61,17 @@ def as_plain(batch: RolloutBatch) -> dict[str, Any]:
 
 
 def test_the_fixtures_are_there():
-    assert {p.stem for p in VALID} >= {"small", "typical", "edge", "foreign"}
-    assert {p.stem for p in VALID} == {p.stem for p in V1.glob("*.json")}, "each .msgpack needs its .json"
+    assert {p.stem for p in V1.glob("*.msgpack")} >= {"small", "typical", "edge", "foreign"}
+    assert {p.stem for p in V2.glob("*.msgpack")} == {"small"}
+    documented = [*V1.glob("*.json"), *V2.glob("*.json")]
+    assert {p.with_suffix("") for p in VALID} == {p.with_suffix("") for p in documented}, "a .msgpack lacks its .json"
     assert {p.name for p in (V1 / "invalid").glob("*.bin")} == set(INVALID), "each .bin needs its index entry"
 
 
-@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+@pytest.mark.parametrize("path", VALID, ids=[f"{p.parent.name}-{p.stem}" for p in VALID])
 def test_fixture_decodes_to_its_json(path: Path):
     data = path.read_bytes()
-    assert msgpack.unpackb(data)["v"] == 1
+    assert msgpack.unpackb(data)["v"] == int(path.parent.name[1:])
     batch = decode(data)
     expected = json.loads(path.with_suffix(".json").read_text())
     assert as_plain(batch) == expected  # floats compare exactly: JSON keeps every float64 digit
@@ -78,7 +82,7 @@ def test_fixture_decodes_to_its_json(path: Path):
             np.testing.assert_array_equal(c.sampler_logprobs, np.array(want_c["sampler_logprobs"], np.float32))
 
 
-@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+@pytest.mark.parametrize("path", VALID, ids=[f"{p.parent.name}-{p.stem}" for p in VALID])
 def test_fixture_survives_a_re_encode(path: Path):
     batch = decode(path.read_bytes())
     assert decode(encode(batch)) == batch

@@ -10,7 +10,7 @@ from helpers.nodes import LIMITS, build_node, make_node, node_config
 from ftis.node.runner.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
 from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.protocol.announcement import Announcement, encode_announcement
+from ftis.protocol.announcement import Announcement, Reach, encode_announcement
 from ftis.protocol.limits import MAX_ROUND
 
 DEADLINE = 0.4
@@ -164,3 +164,18 @@ def test_under_a_fetch_budget_a_round_waits_for_the_batches_it_chose_not_every_l
     third = node.run_round()  # round 2: nobody has it; the one batch it wants is missing at the deadline
     assert third.waited_seconds >= DEADLINE and third.late_peers == 1
     assert node.transport.stats().rejected(MISSED_ROUND) == 0  # no peer was asked for it: nobody is charged
+
+
+def test_rounds_mode_does_not_wait_for_a_member_that_says_it_is_unreachable():
+    # A node behind a NAT with no relay slot announces itself unreachable: no one can fetch its batches, so no
+    # round waits for them, and it is not charged for the rounds it "misses".
+    hub = MemoryHub()
+    node = rounds_node(hub, "node")
+    behind_nat = Announcement(run_id=node.config.swarm.run_id, peer_id="behind-nat", model="m", adapter="full",
+                              tokenizer=node.policy.fingerprint, policy_version=0, published_batches=0,
+                              published_tokens=0, updated_at=time.time(), batches=(), reach=Reach("unreachable"))
+    hub.put_raw_announcement("behind-nat", encode_announcement(behind_nat))
+    waits = [node.run_round().waited_seconds for _ in range(2)]
+    assert all(wait < DEADLINE / 2 for wait in waits), waits
+    assert node.transport.stats().rejected(MISSED_ROUND) == 0
+    assert [m.reach for m in node.transport.members() if m.peer_id == "behind-nat"] == ["unreachable"]

@@ -32,7 +32,7 @@ from ftis.protocol import (
     TokenizerInfo,
     encode,
 )
-from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach, encode_announcement
 from ftis.protocol.limits import (
     LOGPROB_STEP,
     MAX_ANNOUNCED_BATCHES,
@@ -145,6 +145,8 @@ def announcement_seeds() -> dict[str, bytes]:
         "announcement": encode_announcement(seed_announcement()),
         "announcement_empty": encode_announcement(at_limits),
         "announcement_full": encode_announcement(replace(full, batches=(*full.batches, extreme))),
+        "announcement_relayed": encode_announcement(seed_announcement(2, reach=Reach("relayed", tuple(
+            f"/ip4/203.0.113.{i}/tcp/4001/p2p/12D3KooW{'x' * 30}{i}/p2p-circuit" for i in range(1, 4))))),
     }
 
 

@@ -23,7 +23,7 @@ from benchmarks.fuzzing.inputs import (
     unpack,
 )
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
-from ftis.protocol.announcement import Announcement, BatchDescriptor
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach
 from ftis.protocol.limits import (
     ADAPTERS,
     FINISH_REASONS,
@@ -34,6 +34,7 @@ from ftis.protocol.limits import (
     MAX_GROUPS,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_RELAY_ADDRS,
     MAX_ROUND,
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
@@ -102,6 +103,16 @@ def descriptors(draw: st.DrawFn, round_: int) -> BatchDescriptor:
     )
 
 
+_RELAY_IDS = st.text("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz", min_size=32, max_size=60)
+_CIRCUITS = st.builds(lambda ip, port, relay: f"/ip4/{ip}/tcp/{port}/p2p/{relay}/p2p-circuit",
+                      st.ip_addresses(v=4), st.integers(0, 65535), _RELAY_IDS)
+reaches = st.one_of(
+    st.builds(Reach, st.sampled_from(("unknown", "direct", "unreachable"))),
+    st.builds(lambda addrs: Reach("relayed", tuple(addrs)),
+              st.lists(_CIRCUITS, min_size=1, max_size=MAX_RELAY_ADDRS, unique=True)),
+)
+
+
 @st.composite
 def announcements(draw: st.DrawFn) -> Announcement:
     numbers = draw(st.lists(rounds, max_size=MAX_ANNOUNCED_BATCHES, unique=True))
@@ -109,7 +120,7 @@ def announcements(draw: st.DrawFn) -> Announcement:
         run_id=draw(names), peer_id=draw(names), model=draw(names),
         adapter=draw(st.sampled_from(ADAPTERS)), tokenizer=draw(names), policy_version=draw(int64s),
         published_batches=draw(int64s), published_tokens=draw(int64s), updated_at=draw(times),
-        batches=tuple(draw(descriptors(round_)) for round_ in numbers),
+        batches=tuple(draw(descriptors(round_)) for round_ in numbers), reach=draw(reaches),
     )
 
 

@@ -1,7 +1,8 @@
-"""What the demo runs, exactly as a user would: ``ftis-node bootstrap`` and ``ftis-node join`` command lines,
+"""What the demo runs, exactly as a user would: ``ftis-node bootstrap``, ``join`` and ``dashboard`` command lines,
 each node's config file, the environment of the processes, and the bootstrap's address from its log.
 
     maddr = wait_for_maddr(bootstrap_child, timeout_s=120)
+    url = wait_for_url(dashboard_child, timeout_s=120)  # dashboard_args(run_id, maddr, folders)
     path = write_node_config(folder, settings, run_id="ftis-local-demo", peer=maddr)
     args = join_args(path, maddr, folder, rounds=60)
 """
@@ -9,7 +10,7 @@ each node's config file, the environment of the processes, and the bootstrap's a
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ LOOPBACK = "/ip4/127.0.0.1/tcp/0"  # any free port on loopback: the demo never l
 NODE_CONFIG = "node.toml"  # in each node's folder, beside what the node writes there
 NODE_LOG = "node.log"
 _JOIN_HINT = "ftis-node join --peer "  # how the bootstrap prints its addresses
+_DASHBOARD_HINT = "dashboard: http"  # how the dashboard prints its address
 
 
 class DemoError(RuntimeError):
@@ -63,19 +65,37 @@ def write_node_config(folder: Path, settings: Mapping[str, Any], run_id: str, pe
     return path
 
 
+def dashboard_args(run_id: str, maddr: str, folders: Sequence[Path]) -> list[str]:
+    """``ftis-node dashboard`` on the demo's swarm and node folders, on a free loopback port."""
+    nodes = [part for folder in folders for part in ("--node", str(folder))]
+    return [*ftis_node_command(), "dashboard", "--peer", maddr, "--run-id", run_id, "--port", "0",
+            "--refresh", "2", *nodes]
+
+
 def wait_for_maddr(bootstrap: Child, timeout_s: float) -> str:
     """The first full multiaddr the bootstrap prints; ``DemoError`` if it exits or stays silent."""
+    return _wait_for_word(bootstrap, "the bootstrap peer", "an address", timeout_s,
+                          lambda line: _JOIN_HINT in line and "/p2p/" in line)
+
+
+def wait_for_url(dashboard: Child, timeout_s: float) -> str:
+    """The address the dashboard prints once it serves; ``DemoError`` if it exits or stays silent."""
+    return _wait_for_word(dashboard, "the dashboard", "its address", timeout_s,
+                          lambda line: line.startswith(_DASHBOARD_HINT))
+
+
+def _wait_for_word(child: Child, who: str, what: str, timeout_s: float, found: Callable[[str], bool]) -> str:
+    """The last word of the first line of ``child``'s log that ``found`` accepts."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for line in _lines(bootstrap.log):
-            if _JOIN_HINT in line and "/p2p/" in line:
+        for line in _lines(child.log):
+            if found(line):
                 return line.split()[-1]
-        if bootstrap.exit_status() is not None:
-            raise DemoError(f"the bootstrap peer exited with status {bootstrap.exit_status()} before it was up; "
-                            f"the end of {bootstrap.log}:\n{bootstrap.log_tail()}")
+        if child.exit_status() is not None:
+            raise DemoError(f"{who} exited with status {child.exit_status()} before it was up; "
+                            f"the end of {child.log}:\n{child.log_tail()}")
         time.sleep(0.2)
-    raise DemoError(f"the bootstrap peer printed no address within {timeout_s:.0f} s; the end of "
-                    f"{bootstrap.log}:\n{bootstrap.log_tail()}")
+    raise DemoError(f"{who} printed no {what} within {timeout_s:.0f} s; the end of {child.log}:\n{child.log_tail()}")
 
 
 def _lines(path: Path) -> list[str]:

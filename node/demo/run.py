@@ -7,7 +7,7 @@ In order:
    (or found in the cache, whose folder is printed), several side by side in worker processes when the
    machine has the cores, so the nodes, which ask the same cache, only load it;
 2. ``ftis-node bootstrap`` on 127.0.0.1, then one ``ftis-node join`` per node with its own config file
-   in its own folder, torch threads capped per process;
+   in its own folder, torch threads capped per process (and, when asked, ``ftis-node dashboard`` on them);
 3. while they train, the nodes' ``metrics.jsonl`` files are followed and shown (``view.py``); a node or
    the bootstrap that dies stops the demo, which names it and shows the end of its log;
 4. with the solo baseline, each node again, alone in a run of its own, same warm start, seed and rounds;
@@ -18,6 +18,7 @@ Every process it started is stopped when it ends, however it ends (``children.py
 
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import time
@@ -34,8 +35,10 @@ from ftis.node.demo.launch import (
     DemoError,
     bootstrap_args,
     child_env,
+    dashboard_args,
     join_args,
     wait_for_maddr,
+    wait_for_url,
     write_node_config,
 )
 from ftis.node.demo.settings import DemoConfig, load_demo_config
@@ -53,6 +56,7 @@ class DemoRequest:
     rounds: int | None = None  # overrides [demo] rounds
     solo: bool | None = None  # overrides [demo] solo
     view: str = "auto"  # auto | table | lines
+    dashboard: bool = False  # also serve ftis-node dashboard on the swarm and its node folders
     started: float | None = None  # time.monotonic() when the command started (the wall time printed counts from it)
 
 
@@ -86,8 +90,14 @@ def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
                                    child_env(config.demo.threads_per_node))
         maddr = wait_for_maddr(bootstrap, config.demo.start_timeout_s)
         echo(f"bootstrap peer up (pid {bootstrap.pid}): {maddr}")
-        swarm = _run_nodes(config, nodes, _swarm_phase(out, settings, config.demo.run_id, maddr), children, view,
-                           bootstrap)
+        phase = _swarm_phase(out, settings, config.demo.run_id, maddr)
+        if request.dashboard:
+            dashboard = children.start("dashboard", dashboard_args(config.demo.run_id, maddr,
+                                                                   list(phase.folders.values())),
+                                       out / "dashboard.log", child_env(config.demo.threads_per_node))
+            url = wait_for_url(dashboard, config.demo.start_timeout_s)
+            view.note(f"dashboard (pid {dashboard.pid}): {url} (open it in a browser; it stops with the demo)")
+        swarm = _run_nodes(config, nodes, phase, children, view, bootstrap)
         swarm_done = time.monotonic()
         if config.demo.solo:
             view.note(f"solo baseline: each node alone, on-policy, {config.demo.rounds} rounds")
@@ -100,6 +110,9 @@ def run_demo(request: DemoRequest, echo: Callable[[str], None]) -> DemoResult:
     result = _report(out, list(swarm.values()), solo, config.demo.solo, finished - started, echo)
     echo(f"wall time {finished - started:.0f} s: warm-up {warmed - started:.0f} s, swarm {swarm_done - warmed:.0f} s"
          + (f", solo baseline {finished - swarm_done:.0f} s" if config.demo.solo else ""))
+    if request.dashboard:  # it stopped with the demo; the folders stay
+        echo("the dashboard again, on the nodes' folders: " + shlex.join(
+            ["ftis-node", "dashboard", *(part for name in settings for part in ("--node", str(out / name)))]))
     return result
 
 

@@ -46,6 +46,12 @@ class SwarmFigures:
     announce_failures_total: int = figure(0, tag="swarm/announce_failures_total")
     poll_failures_total: int = figure(0, tag="swarm/poll_failures_total")
     serves_turned_away_total: int = figure(0, tag="swarm/serves_turned_away_total")
+    # how peers reach this node (protocol.limits.REACH_HOW), and what crossed relays (docs/nat.md)
+    reach: str = figure("unknown")
+    relayed_bytes_received_total: int = figure(0, tag="relay/bytes_received_total")  # payloads fetched via relays
+    relayed_bytes_sent_total: int = figure(0, tag="relay/bytes_sent_total")  # ...served via relays
+    relay_failures_total: int = figure(0, tag="relay/failures_total")  # relay slots refused or lost (libp2p's count)
+    relay_service_bytes_total: int = figure(0, tag="relay/service_bytes_total")  # carried for others, when it relays
 
     @classmethod
     def between(cls, now: TransportStats, before: TransportStats | None,
@@ -67,6 +73,11 @@ class SwarmFigures:
             announce_failures_total=now.announce_failures,
             poll_failures_total=now.poll_failures,
             serves_turned_away_total=now.serves_turned_away,
+            reach=now.reach,
+            relayed_bytes_received_total=now.relayed_received_bytes,
+            relayed_bytes_sent_total=now.relayed_sent_bytes,
+            relay_failures_total=now.relay.slot_failures + now.relay.slots_lost if now.relay else 0,
+            relay_service_bytes_total=now.relay.relayed_bytes if now.relay else 0,
         )
 
 

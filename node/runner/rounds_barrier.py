@@ -1,5 +1,6 @@
 """Rounds mode's wait for the peers (``loop.mode = "rounds"``, docs/node.md): a round waits, up to
-``loop.round_deadline_s``, until every live peer (announced within its TTL, same tokenizer, not muted) has
+``loop.round_deadline_s``, until every live peer (announced within its TTL, same tokenizer, not muted, not
+announcing itself unreachable) has
 delivered a batch of this round or a later one, and trains on the batches of this round and earlier ones (a
 batch of a later round is held until this node reaches that round, where its prompts are this node's too).
 
@@ -100,12 +101,13 @@ class RoundsBarrier:
 
     def _live_peers(self) -> set[str]:
         """Peers announced within the TTL, with this node's tokenizer, not muted (a muted peer's batches are
-        refused anyway, and a peer that got itself muted must not hold every round up to the deadline)."""
+        refused anyway, and a peer that got itself muted must not hold every round up to the deadline), and not
+        unreachable by their own account (no one fetches their batches)."""
         live_since = time.time() - self.config.swarm.announcement_ttl_s
         muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
         return {member.peer_id for member in self.transport.members()
                 if member.peer_id != self.transport.peer_id and member.tokenizer == self.fingerprint
-                and member.last_seen >= live_since and member.peer_id not in muted}
+                and member.last_seen >= live_since and member.peer_id not in muted and member.reach != "unreachable"}
 
     def _missing_peers(self, round_: int) -> set[str]:
         """Live peers that have not yet delivered a batch of this round or a later one (a batch that

@@ -17,6 +17,10 @@ Files:
 - ``identity.py``           identity files: one key for the peer id and the announcement signature.
 - ``bootstrap.py``          ``ftis-node bootstrap``: a DHT-only entry peer that logs what it sees.
 - ``status.py``             the members table ``ftis-node status`` prints (with a node's scores: ``--node``).
+- ``reachability.py``       ``[swarm] reachability`` and the relay settings as p2pd options; how peers reach us.
+- ``p2pd_metrics.py``       libp2p's own counters (AutoNAT, relay slots, relayed bytes) read from ``p2pd``.
+- ``circuits.py``           which circuit addresses to dial a relayed member at, in libp2p's binary form.
+- ``slots.py``              fair fetch and serve slots (at most 2 per peer).
 
 Importing ``hivemind`` costs about 3 s (it imports torch): only the hivemind-based modules do.
 """

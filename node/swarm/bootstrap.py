@@ -2,7 +2,8 @@
 hivemind itself imports torch, which dominates start-up (``run_bootstrap`` reports both times).
 
 It installs the run's record validators like every node, so it stores and serves only valid,
-signed announcements, and it logs how many peers it sees every ``log_interval_s``. The CLI starts it as
+signed announcements, and it logs how many peers it sees every ``log_interval_s``, and what its relay did (libp2p's
+own counts, ``p2pd_metrics.py``). The CLI starts it as
 publicly reachable and, unless ``--no-relay``, offering a relay to members behind a NAT (docs/nat.md).
 """
 
@@ -27,6 +28,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
 
     from ftis.node.swarm.directory import read_members
     from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.p2pd_metrics import free_port, read_counters
 
     imported = time.monotonic()
     scratch = None
@@ -34,8 +36,9 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     if identity is None:
         scratch = Path(tempfile.mkdtemp(prefix="ftis-identity-"))
         identity = scratch / "identity.key"
+    metrics_port = free_port()
     try:
-        dht, _ = start_dht(config, Path(identity), announce=False)
+        dht, _ = start_dht(config, Path(identity), announce=False, metrics_port=metrics_port)
     finally:  # p2pd has read a fresh key by now: nothing of it stays on disk, even if this process is killed
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -58,9 +61,14 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             if time.monotonic() >= next_log:
                 next_log += log_interval_s
                 neighbours = dht.run_coroutine(_count_neighbours)
-                members = read_members(dht, config.run_id, config.shards, config.read_beam_size or None)
-                echo(f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
-                     f"members announcing in run {config.run_id!r}: {len(members)}")
+                members = read_members(dht, config.run_id, config.shards, beam_size=config.read_beam_size or None)
+                line = (f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
+                        f"members announcing in run {config.run_id!r}: {len(members)}")
+                relay = read_counters(metrics_port) if config.relay_service else None
+                if relay is not None:
+                    line += (f"; relay: {relay.slots_given} slots given, {relay.refusals} refused, {relay.circuits} "
+                             f"relayed connections, {relay.relayed_bytes / 2**20:.1f} MiB carried")
+                echo(line)
     finally:
         dht.shutdown()
 

@@ -103,9 +103,11 @@ def read_shards(dht: hivemind.DHT, run_id: str, shards: int, only: Sequence[int]
     return dht.run_coroutine(partial(_latest_values, keys=keys, beam_size=beam_size), return_future=True)
 
 
-def read_members(dht: hivemind.DHT, run_id: str, shards: int, beam_size: int | None = None) -> list[Member]:
-    """The run's members now, from every shard (blocking: for one-shot readers like ``ftis-node status``; in a
-    large run that is every record, times the copies the ``beam_size`` meets: ~3 KB × N × a few)."""
-    values = read_shards(dht, run_id, shards, beam_size=beam_size).result()
+def read_members(dht: hivemind.DHT, run_id: str, shards: int, timeout: float | None = None,
+                 beam_size: int | None = None) -> list[Member]:
+    """The run's members now, from every shard (blocking: for readers like ``ftis-node status`` and the dashboard;
+    in a large run that is every record, times the copies the ``beam_size`` meets: ~3 KB × N × a few);
+    ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+    values = read_shards(dht, run_id, shards, beam_size=beam_size).result(timeout=timeout)
     return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
 

@@ -9,6 +9,15 @@ each under one deadline: every fresh batch, or, under a fetch budget, the freshe
 to the budget (``sampling.py``). A poll's shard keys are read in one DHT traversal
 (``directory.read_shards``).
 
+How peers reach this node (``reachability.own_reach``: directly, through a relay's circuit, not at all) is found
+again before each announcement, from the addresses ``p2pd`` advertises and AutoNAT's verdict among libp2p's own
+counters (``p2pd_metrics.py``), and said in the announcement; a change is logged, and a node that peers outside
+its network cannot fetch from says so plainly. A member that announces itself unreachable (client mode) is
+listed but not fetched from. Payload bytes fetched and served over a relayed connection are counted apart
+(``TransportStats.relayed_*``). Before fetching from a member that announces itself relayed, the node hands
+``p2pd`` the circuit addresses it trusts for it (``circuits.py``): peer routing alone does not find a node behind
+a NAT.
+
 A fetch that fails in transit (refused connection, stream closed early, deadline passed) is tried
 again up to ``fetch_retries`` times, after ``fetch_retry_backoff_s`` doubling each time and only while
 the peer's latest announcement still lists the batch, it is within the max age and the peer is not
@@ -47,6 +56,7 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.mpfuture import MPFuture
 
 from ftis.node.config import SwarmConfig
+from ftis.node.swarm.circuits import Encoded, circuits_to_dial, maddr_bytes, relay_ids
 from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import (
@@ -58,14 +68,15 @@ from ftis.node.swarm.inbox import (
     open_payload,
 )
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
-from ftis.node.swarm.reachability import RelayAwareDHT, p2p_options, p2pd_flags
+from ftis.node.swarm.p2pd_metrics import RelayCounters, free_port, read_counters
+from ftis.node.swarm.reachability import RelayAwareDHT, own_reach, p2p_options, p2pd_flags, relays_of
 from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.sampling import Sampler
 from ftis.node.swarm.slots import FairSlots
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
-from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach, encode_announcement
 from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 
 logger = logging.getLogger(__name__)
@@ -85,8 +96,10 @@ _LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop
 _MIN_POLL_GAP_S = 0.05  # poll_now never makes announcement reads closer than this
 
 
-def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tuple[hivemind.DHT, bytes]:
-    """A started DHT peer with this run's validators; returns it and the subkey it signs with.
+def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
+              metrics_port: int | None = None) -> tuple[hivemind.DHT, bytes]:
+    """A started DHT peer with this run's validators; returns it and the subkey it signs with. Its ``p2pd``
+    serves libp2p's counters on loopback at ``metrics_port`` when given (``p2pd_metrics.py``).
 
     The identity file is created when missing; a new one is not checked for being in use (hivemind's
     check starts a throwaway daemon, which doubles start-up).
@@ -100,7 +113,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool) -> tu
     validators = record_validators(config.run_id, config.shards, key)
     try:
         dht = RelayAwareDHT(
-            p2pd_flags=p2pd_flags(config),
+            p2pd_flags=p2pd_flags(config, metrics_port),
             initial_peers=list(config.initial_peers) or None,
             start=False,
             host_maddrs=list(config.host_maddrs),
@@ -137,8 +150,9 @@ class HivemindTransport:
         if identity is None:  # a fresh identity per run, still a file: the peer id and the signing key agree
             self._scratch = Path(tempfile.mkdtemp(prefix="ftis-identity-"))
             identity = self._scratch / "identity.key"
+        self._metrics_port = free_port()
         try:
-            self._dht, self._owner = start_dht(config, identity, announce=True)
+            self._dht, self._owner = start_dht(config, identity, announce=True, metrics_port=self._metrics_port)
         finally:  # p2pd and the signer have read a fresh key by now: nothing of it stays on disk, even if killed
             self._remove_scratch()
         self._peer_id = self._dht.peer_id.to_base58()
@@ -150,11 +164,16 @@ class HivemindTransport:
         self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock, reputation=config.reputation())
         self._members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
+        self._circuits: dict[str, tuple[str, ...]] = {}  # peer id -> circuit addresses it announces (relayed)
+        self._own_relays = relay_ids(relays_of(config))
         self._directory = Directory()
         self._rng = random.Random()
         self._sampler: Sampler[Announcement] = Sampler(config.read_settings(), self._rng)
         self._closed = False
         self._serves_turned_away = self._announce_failures = self._poll_failures = 0  # the network thread counts
+        self._relayed_received = self._relayed_sent = 0  # ...and these
+        self._reach = Reach()
+        self._relay: RelayCounters | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ftis-swarm", daemon=True)
         self._thread.start()
@@ -196,6 +215,8 @@ class HivemindTransport:
         stats = transport_stats(self._inbox, self._outbox)
         stats.serves_turned_away, stats.announce_failures, stats.poll_failures = (
             self._serves_turned_away, self._announce_failures, self._poll_failures)
+        stats.relay = self._relay
+        stats.relayed_received_bytes, stats.relayed_sent_bytes = self._relayed_received, self._relayed_sent
         return stats
 
     def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
@@ -284,6 +305,7 @@ class HivemindTransport:
                 async with asyncio.timeout(self._config.announce_interval_s):
                     await self._announce_now.wait()
             self._announce_now.clear()
+            await self._find_reach()
             announcement = self._outbox.announcement()
             if announcement is None:
                 continue
@@ -303,6 +325,21 @@ class HivemindTransport:
             except Exception as error:  # keep announcing: the next round may succeed
                 self._announce_failures += 1
                 logger.warning("announcement failed: %s: %s", type(error).__name__, error)
+
+    async def _find_reach(self) -> None:
+        """How peers reach this node now (``own_reach``), for the announcement; a change is logged."""
+        counters = await asyncio.to_thread(read_counters, self._metrics_port)
+        try:
+            visible = [str(maddr) for maddr in await self._p2p.get_visible_maddrs(latest=True)]
+        except Exception as error:  # p2pd busy or restarting: what was known stays
+            logger.debug("cannot read this node's addresses: %s: %s", type(error).__name__, error)
+            return
+        reach = own_reach(self._config, visible, counters)
+        self._relay = counters if counters is not None else self._relay
+        if reach != self._reach:
+            _say_reach(reach, self._reach, self._config)
+        self._reach = reach
+        self._outbox.set_reach(reach)
 
     async def _poller(self) -> None:
         while True:
@@ -341,7 +378,10 @@ class HivemindTransport:
         self._members = {peer_id: member_of(announcement) for peer_id, announcement in remembered.items()}
         self._listed = {peer_id: frozenset(d.round for d in announcement.batches)
                         for peer_id, announcement in remembered.items()}
-        wanted = self._inbox.choose(remembered.values(), config.fetch_budget, config.poll_interval_s, self._rng,
+        self._circuits = {peer_id: announcement.reach.addrs for peer_id, announcement in remembered.items()}
+        # one that says no one can dial it is not worth a fetch slot
+        dialable = [a for a in remembered.values() if a.reach.how != "unreachable"]
+        wanted = self._inbox.choose(dialable, config.fetch_budget, config.poll_interval_s, self._rng,
                                     config.fetch_horizon())
         for announcement, descriptor in wanted:
             task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
@@ -354,7 +394,7 @@ class HivemindTransport:
             try:
                 async with self._fetch_slots.hold(peer_id):  # not held while backing off
                     deadline, started = fetch_deadline(self._config, descriptor.bytes), time.monotonic()
-                    data = await asyncio.wait_for(self._download(peer_id, descriptor), deadline)
+                    data, relayed = await asyncio.wait_for(self._download(peer_id, descriptor), deadline)
                     lateness = 2 * (time.monotonic() - started) / deadline - 1  # > 0 in the deadline's second half
                 batch = open_payload(descriptor, data)
             except Rejected as rejected:  # the peer answered, and the answer is final
@@ -378,7 +418,21 @@ class HivemindTransport:
                             attempt + 1, failure)
                 return
             self._inbox.deliver(peer_id, descriptor, batch, len(data), lateness)
+            self._relayed_received += len(data) if relayed else 0
             return
+
+    async def _dial_circuits(self, peer_id: str) -> None:
+        """Hand ``p2pd`` the circuit addresses to reach a relayed member at (``circuits.py``); no-op otherwise.
+        A failure here is left to the stream call that follows, which then fails as a fetch does."""
+        encoded = []
+        for circuit in circuits_to_dial(self._circuits.get(peer_id, ()), self._own_relays, set(self._members)):
+            with contextlib.suppress(ValueError):
+                encoded.append(Encoded(maddr_bytes(circuit)))
+        if encoded:
+            try:  # hivemind's P2P has no public connect with addresses; its daemon client has
+                await self._p2p._client.connect(PeerID.from_base58(peer_id), encoded)
+            except Exception as error:
+                logger.debug("dialling %s through its relays failed: %s: %s", peer_id, type(error).__name__, error)
 
     def _still_offered(self, peer_id: str, descriptor: BatchDescriptor) -> bool:
         """Worth another attempt: the peer's latest announcement lists the batch, it is not stale, and the
@@ -386,8 +440,10 @@ class HivemindTransport:
         return (descriptor.round in self._listed.get(peer_id, ()) and self._inbox.fresh(descriptor)
                 and not self._inbox.muted(peer_id))
 
-    async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> bytes:
-        _, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
+    async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> tuple[bytes, bool]:
+        """The payload, and whether it came over a relayed connection."""
+        await self._dial_circuits(peer_id)
+        info, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
         try:
             writer.write(descriptor.round.to_bytes(_HEADER, "big"))
             await writer.drain()
@@ -396,7 +452,7 @@ class HivemindTransport:
                 raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
             if length > descriptor.bytes or length > MAX_PAYLOAD_BYTES:  # before reading a byte of it
                 raise Rejected(TOO_LARGE, f"the peer sends {length} bytes, {descriptor.bytes} announced")
-            return await reader.readexactly(length)
+            return await reader.readexactly(length), _relayed(info)
         finally:
             writer.close()
 
@@ -420,9 +476,32 @@ class HivemindTransport:
                     writer.write(view[start : start + _WRITE_SLICE])
                     await writer.drain()
                 await writer.drain()
+            self._relayed_sent += len(payload) if _relayed(info) else 0
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as error:
             logger.debug("a fetch of ours ended early: %s", error)
         finally:
             writer.close()
             self._serve_slots.release(peer)
 
+
+def _relayed(info: StreamInfo) -> bool:
+    """Whether a stream runs over a relayed connection (its remote address is a circuit)."""
+    return "/p2p-circuit" in str(info.addr)
+
+
+def _say_reach(reach: Reach, before: Reach, config: SwarmConfig) -> None:
+    """Log how peers reach this node, now that it changed; plainly when peers outside its network cannot."""
+    if reach.how == "relayed":
+        logger.info("peers reach this node through %s: %s", "a relay" if len(reach.relays) == 1 else
+                    f"{len(reach.relays)} relays", ", ".join(reach.addrs))
+    elif reach.how == "direct":
+        logger.info("peers reach this node directly")
+    elif reach.how == "private":
+        lost = " (it lost its relay slot)" if before.how == "relayed" else ""
+        relays = relays_of(config)
+        logger.warning(
+            "PEERS OUTSIDE THIS NODE'S NETWORK CANNOT FETCH ITS BATCHES: AutoNAT finds it unreachable from outside "
+            "and no relay holds a slot for it%s; %s. It still trains on its peers' batches. Forward a port or name "
+            "a relay (docs/nat.md).", lost,
+            f"libp2p keeps asking its {len(relays)} relay{'s' if len(relays) != 1 else ''}" if relays
+            else "it knows no relay ([swarm] relays, or an initial peer)")

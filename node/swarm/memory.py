@@ -16,7 +16,7 @@ from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.reputation import PeerScore, ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import DecodeError, RolloutBatch
-from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
+from ftis.protocol.announcement import BatchDescriptor, Reach, decode_announcement, encode_announcement
 
 
 class MemoryHub:
@@ -65,6 +65,7 @@ class MemoryTransport:
         self._fetch_budget, self._tie_s, self._horizon_s = fetch_budget, tie_s, horizon_s
         self._rng = rng if rng is not None else random.Random()
         self._outbox = Outbox(run_id, peer_id, clock=clock)
+        self._outbox.set_reach(Reach("direct"))  # in one process every peer reaches every other
         self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
         self._members: dict[str, Member] = {}
         self._closed = False
@@ -95,6 +96,8 @@ class MemoryTransport:
             if not self._inbox.admit_announcement(announcement, data):
                 continue
             self._members[peer_id] = member_of(announcement)
+            if announcement.reach.how == "unreachable":  # as on the real swarm: no one could dial it
+                continue
             admitted.append(announcement)
         for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng,
                                                               self._horizon_s):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ftis.node.swarm.inbox import Inbox
 from ftis.node.swarm.transport import Member, TransportStats, member_of
 from ftis.protocol import RolloutBatch, encode
-from ftis.protocol.announcement import Announcement, BatchDescriptor
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
 
 
@@ -23,6 +23,7 @@ class Outbox:
         self._lock = threading.Lock()
         self._payloads: OrderedDict[int, tuple[BatchDescriptor, bytes]] = OrderedDict()  # round -> (descriptor, bytes)
         self._latest: RolloutBatch | None = None
+        self._reach = Reach()
         self._published_batches = self._published_tokens = self._published_bytes = 0
 
     def add(self, batch: RolloutBatch) -> BatchDescriptor:
@@ -43,6 +44,16 @@ class Outbox:
             self._published_tokens += descriptor.tokens
             self._published_bytes += descriptor.bytes
         return descriptor
+
+    def set_reach(self, reach: Reach) -> None:
+        """How peers reach this node, as its transport found out (said in every announcement from now on)."""
+        with self._lock:
+            self._reach = reach
+
+    @property
+    def reach(self) -> Reach:
+        with self._lock:
+            return self._reach
 
     def payload(self, round_: int) -> bytes | None:
         with self._lock:
@@ -66,6 +77,7 @@ class Outbox:
                 published_tokens=self._published_tokens,
                 updated_at=self._clock(),
                 batches=tuple(descriptor for descriptor, _ in self._payloads.values()),
+                reach=self._reach,
             )
 
     @property
@@ -101,4 +113,5 @@ def transport_stats(inbox: Inbox, outbox: Outbox) -> TransportStats:
     """A transport's counters: what its inbox received and refused, what its outbox published."""
     stats = inbox.stats()
     stats.published_batches, stats.published_bytes = outbox.published
+    stats.reach = outbox.reach.how
     return stats

@@ -28,6 +28,9 @@ import hivemind
 from hivemind.p2p import P2P
 
 from ftis.node.config import SwarmConfig
+from ftis.node.swarm.p2pd_metrics import RelayCounters, metrics_flag
+from ftis.protocol.announcement import Reach, relay_of
+from ftis.protocol.limits import MAX_MULTIADDR_CHARS, MAX_RELAY_ADDRS
 
 
 def p2p_options(config: SwarmConfig) -> dict[str, Any]:
@@ -42,8 +45,9 @@ def p2p_options(config: SwarmConfig) -> dict[str, Any]:
     return options
 
 
-def p2pd_flags(config: SwarmConfig) -> list[str]:
-    """``p2pd`` options hivemind does not pass: static relays without discovery, the relay service's bounds."""
+def p2pd_flags(config: SwarmConfig, metrics_port: int | None = None) -> list[str]:
+    """``p2pd`` options hivemind does not pass: static relays without discovery, the relay service's bounds, and
+    the loopback port of libp2p's counters (``p2pd_metrics.py``)."""
     # -relayService=0 (and even -relay=0) leaves go-libp2p's own default relay service running (measured: a
     # bootstrap started so still gave reservations), so "off" is the service with room for nobody.
     reservations, circuits = (config.relay_max_reservations, config.relay_max_circuits) if config.relay_service \
@@ -53,7 +57,31 @@ def p2pd_flags(config: SwarmConfig) -> list[str]:
     relays = relays_of(config)
     if relays and config.reachability != "public" and not config.client_mode:
         flags += ["-relayDiscovery=0", f"-trustedRelays={','.join(relays)}"]
+    if metrics_port is not None:
+        flags.append(metrics_flag(metrics_port))
     return flags
+
+
+def own_reach(config: SwarmConfig, visible_maddrs: list[str], counters: RelayCounters | None) -> Reach:
+    """How peers reach this node now, for its announcement: through the relays whose circuit addresses it
+    advertises; directly when it is set public or AutoNAT found it so; "private" when AutoNAT found that peers
+    outside its network cannot dial it (and it holds no relay slot); not at all in client mode; else not known."""
+    if config.client_mode:
+        return Reach("unreachable")
+    circuits = []
+    for addr in visible_maddrs:
+        try:
+            relay_of(addr)
+        except ValueError:
+            continue
+        if len(addr) <= MAX_MULTIADDR_CHARS and addr not in circuits:
+            circuits.append(addr)
+    if circuits:
+        return Reach("relayed", tuple(circuits[:MAX_RELAY_ADDRS]))
+    autonat = counters.autonat if counters is not None else "unknown"
+    if config.reachability == "public" or autonat == "public":
+        return Reach("direct")
+    return Reach("private" if autonat == "private" else "unknown")
 
 
 def describe(config: SwarmConfig) -> list[str]:

@@ -12,10 +12,10 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
     now = time.time() if now is None else now
     if not members:
         return f"run {run_id!r}: no members are announcing" + ("" if view is None else "\n" + dht_line(view))
-    header = ("peer id", "model", "adapter", "policy", "batches", "tokens", "last seen")
+    header = ("peer id", "model", "adapter", "policy", "batches", "tokens", "last seen", "reached")
     rows = [
         (m.peer_id, m.model, m.adapter, str(m.policy_version), str(m.published_batches), str(m.published_tokens),
-         f"{max(0.0, now - m.last_seen):.0f} s ago")
+         f"{max(0.0, now - m.last_seen):.0f} s ago", reached(m))
         for m in members
     ]
     lines = [f"run {run_id!r}: {len(members)} member{'s' if len(members) != 1 else ''}"]
@@ -28,6 +28,16 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
               for row in [header, *rows]]
     return "\n".join(lines)
+
+
+def reached(member: Member) -> str:
+    """How the member says peers reach it: "direct", "relay <relay id>" (and how many more), "private" (only from
+    its own network), "unreachable" (client mode: its batches are not fetched), or "?" (not said yet, or an older
+    node that does not say)."""
+    if member.reach == "relayed" and member.relays:
+        more = f" +{len(member.relays) - 1}" if len(member.relays) > 1 else ""
+        return f"relay {member.relays[0][:16]}…{more}"
+    return "?" if member.reach == "unknown" else member.reach
 
 
 def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str]:

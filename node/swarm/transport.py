@@ -8,6 +8,7 @@ Both apply the same receive policy (``inbox.py``) and pass the same contract tes
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ftis.node.swarm.p2pd_metrics import RelayCounters
 from ftis.node.swarm.reputation import PeerScore
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
@@ -37,6 +38,8 @@ class Member:
     published_batches: int
     published_tokens: int
     last_seen: float  # unix seconds of its latest announcement
+    reach: str = "unknown"  # how it says peers reach it (protocol.limits.REACH_HOW)
+    relays: tuple[str, ...] = ()  # when relayed: the peer ids of the relays that hold a slot for it
 
 
 @dataclass
@@ -49,6 +52,10 @@ class TransportStats:
     serves_turned_away: int = 0  # requests for our payloads refused for lack of a serving slot (swarm/slots.py)
     announce_failures: int = 0  # announcements no DHT peer stored, or that failed
     poll_failures: int = 0  # reads of the peers' announcements that failed
+    reach: str = "unknown"  # how peers reach this node, as it announces it (protocol.limits.REACH_HOW)
+    relayed_received_bytes: int = 0  # of delivered_bytes: payloads fetched through a relay
+    relayed_sent_bytes: int = 0  # payload bytes served through a relay
+    relay: RelayCounters | None = None  # libp2p's own counts (p2pd_metrics.py); None where not read
 
     def rejected(self, reason: str) -> int:
         return sum(count for (_, why), count in self.rejections.items() if why == reason)
@@ -109,4 +116,6 @@ def member_of(announcement: Announcement) -> Member:
         published_batches=announcement.published_batches,
         published_tokens=announcement.published_tokens,
         last_seen=announcement.updated_at,
+        reach=announcement.reach.how,
+        relays=announcement.reach.relays,
     )

@@ -11,11 +11,12 @@
 - ``fault_peer.py``        a swarm peer in its own OS process (``python -m helpers.fault_peer``) for the fault tests
 - ``child_lines.py``       a helper process's stdout, line by line as it comes
 - ``cli_process.py``       ``ftis-node`` run as a user runs it, in a subprocess
-- ``metrics_fakes.py``     hand-built step reports for the metrics and display tests
+- ``metrics_fakes.py``     hand-built step reports for the metrics and display tests; a node folder made of them
 - ``experiment_grids.py``  the ``[quick]`` section the test grids share
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
-- ``netns.py``             network namespaces with a masquerading router (a real NAT), always torn down
+- ``netns.py``             ``require_netns``: skips a test where the NAT of ``benchmarks/netns.py`` cannot be built
+- ``browser.py``           headless Chromium: the dashboard's page as a browser shows it, and a screenshot
 - ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
 """

@@ -1,6 +1,17 @@
-"""Hand-built step reports for the metrics and display tests."""
+"""Hand-built step reports for the metrics and display tests, and a node's folder made of them (the dashboard's
+tests)."""
 
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ftis.node.runner.evaluation import EvalResult
+from ftis.node.runner.metrics import MetricsLog, report_record
+from ftis.node.runner.periodic_eval import eval_record
 from ftis.node.runner.round_report import RoundReport
+from ftis.node.swarm.peer_view import PeerView, write_peer_view
+from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_metrics import StepMetrics
 
@@ -31,3 +42,35 @@ BEFORE = TransportStats(published_batches=4, published_bytes=1000, delivered_bat
 AFTER = TransportStats(published_batches=5, published_bytes=1600, delivered_batches=9, delivered_bytes=9096,
                        rejections={(PEER_A, "stale"): 3, (PEER_B, "quota"): 1, (PEER_B, "stale"): 2,
                                    (PEER_B, "hash"): 1})
+
+
+def write_node_folder(folder: Path, rounds: int, *, muted: str = PEER_B, evaluate_every: int = 5) -> Path:
+    """A node's folder as a run leaves it, written by the node's own writers: ``metrics.jsonl`` (a step record per
+    round whose figures move a little from round to round, an evaluation record every ``evaluate_every`` rounds)
+    and ``peers.json`` (PEER_A in good standing, ``muted`` muted for ten minutes)."""
+    log = MetricsLog(folder)
+    previous = None
+    for r in range(rounds):
+        wave = 0.5 + 0.5 * math.sin(r / 3)
+        accuracy = None
+        if r % evaluate_every == 0:
+            accuracy = 0.3 + 0.3 * r / max(rounds, 1)
+            log.write(eval_record(EvalResult("arith", "test", 100, round(100 * accuracy), accuracy, 1.0, 0.0, 3.0,
+                                             1000.0, 0.1), r, r))
+        transport = TransportStats(published_batches=r + 1, published_bytes=900 * (r + 1),
+                                   delivered_batches=2 * (r + 1), delivered_bytes=int(1800 * (r + 1) + 400 * r * wave))
+        step = replace(step_metrics(version=r + 1), filtered_fraction=0.3 + 0.1 * wave,
+                       filtered_advantage_fraction=0.25 + 0.1 * wave, filtered_divergence_fraction=0.05 * wave,
+                       is_weight_mean=0.9 + 0.05 * wave)
+        round_report = replace(report(r, transport), own_reward=0.2 + 0.2 * wave + 0.2 * r / rounds,
+                               peer_reward=0.3 + 0.1 * wave, step=step, utilisation=0.4 + 0.3 * wave,
+                               loop_seconds=1.0)
+        log.write(report_record(round_report, previous, eval_accuracy=accuracy))
+        previous = transport
+    log.close()
+    now = time.time()
+    write_peer_view(folder, PeerView(now, rounds - 1, {
+        PEER_A: PeerScore(score=0.9, good=12.0, bad=1.0, muted_until=None, mutes=0),
+        muted: PeerScore(score=0.2, good=1.0, bad=9.0, muted_until=now + 600, mutes=1),
+    }, {muted: {"hash": 3}}))
+    return folder

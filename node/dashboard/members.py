@@ -1,0 +1,64 @@
+"""The run's members as the dashboard shows them: read from the DHT the way ``ftis-node status`` reads them
+(``swarm/directory.py``'s ``read_members``), again every ``refresh_s``, by a thread of its own.
+
+    watch = MembersWatch(dht, run_id="ftis-local-demo", shards=4, refresh_s=5.0)
+    watch.start()
+    watch.state()    # the latest reading, JSON-ready; a failed read keeps the members of the last good one
+    watch.close()    # stops the thread (the caller shuts its DHT down)
+
+The DHT client is started by the caller, in its main thread, before any server thread runs: hivemind forks
+its DHT process, and a fork is only safe before other threads hold locks.
+"""
+
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+import hivemind
+
+from ftis.node.swarm.directory import read_members
+from ftis.node.swarm.transport import Member
+
+MAX_MEMBERS = 500  # rows the page gets; a hostile swarm can announce any number of peers
+
+
+class MembersWatch:
+    def __init__(self, dht: hivemind.DHT, run_id: str, shards: int, refresh_s: float):
+        self._dht, self.run_id, self._shards, self.refresh_s = dht, run_id, shards, refresh_s
+        self._lock = threading.Lock()
+        self._members: list[Member] = []
+        self._read_at: float | None = None  # unix seconds of the last good reading
+        self._error: str | None = None  # why the last reading failed, until one succeeds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dashboard-members", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.read_once()
+            self._stop.wait(self.refresh_s)
+
+    def read_once(self) -> None:
+        # A reading waits at most a few refresh intervals: a DHT that stopped answering shows as an error.
+        try:
+            members = read_members(self._dht, self.run_id, self._shards, timeout=max(10.0, 3 * self.refresh_s))
+        except Exception as error:  # hivemind's failures are many types; each is shown, not hidden
+            with self._lock:
+                self._error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            return
+        with self._lock:
+            self._members, self._read_at, self._error = members, time.time(), None
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            members, read_at, error = self._members, self._read_at, self._error
+        return {"run_id": self.run_id, "read_at": read_at, "error": error, "count": len(members),
+                "members": [asdict(member) for member in members[:MAX_MEMBERS]]}
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=max(15.0, 3 * self.refresh_s))
