@@ -9,6 +9,10 @@ Files:
   loopback, against the raw hivemind stream (docs/swarm.md).
 - ``swarm_scale.py``  8 → 64 hivemind peers on one machine: time until all have all, announcements sustained,
   memory per peer.
+- ``swarm_policy.py``  the sampled directory and the fetch budget simulated at 100, 1,000 and 10,000 peers with the
+  node's own sampling code: reads per node, budgets met, batch ages, fetches per batch; churn, hostile peers.
+- ``swarm_directory.py``  a sampled poll on a few real DHT servers holding 256 → 4,096 signed records: bytes per
+  poll counted from the DHT's answers.
 - ``trainer.py``  an F-TIS optimizer step against a plain GRPO step on the demo's models and batch.
 - ``generation.py``  tokens/s of the transformers backend on CPU against the same model's ``model.generate``.
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.

@@ -3,7 +3,10 @@
 Run (from the repo root):  python -m benchmarks.swarm_scale [--peers 8,16,32] [--quick]
 --peers: the swarm sizes, one after another (default 8,16,32, a few minutes on an idle 2-core machine;
 64 adds several minutes); --quick: a sustained phase of one publish period instead of two.
---per-worker, --poll, --publish-period, --duration, --shards override the choices below.
+--per-worker, --poll, --publish-period, --duration, --shards override the choices below; --shards-per-poll K,
+--remember-polls R, --read-beam B, --max-shards-per-poll M turn sampled reads on (docs/swarm.md), e.g. --shards 64
+--shards-per-poll 2 --remember-polls 32 --read-beam 2, with a 1 s poll by default. Sampled, a peer sees another's
+batch within S/K polls (half that on average): the all-to-all figures measure that cycle, not what a node needs.
 
 Per swarm size N, everything fresh: a bootstrap peer (``start_dht``, no announcements) in this
 process, and N ``HivemindTransport`` peers with default settings except the poll interval, all on
@@ -294,7 +297,8 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
     from benchmarks.swarm_common import bench_config, memory_of
     from ftis.node.swarm.hivemind_transport import start_dht
 
-    poll = args.poll if args.poll else max(2.0, peers / 2)
+    # Sampled reads cost the same whatever the swarm's size: a fixed poll; full reads grow with N, and so does it.
+    poll = args.poll if args.poll else (1.0 if args.shards_per_poll else max(2.0, peers / 2))
     period = args.publish_period if args.publish_period else max(10.0, peers / 2)
     duration = args.duration if args.duration else (10.0 if args.quick else max(20.0, period))
     per_worker = args.per_worker
@@ -303,10 +307,13 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
     scratch = Path(tempfile.mkdtemp(prefix="ftis-bench-"))
     bootstrap, workers = None, []
     try:
-        bootstrap, _ = start_dht(bench_config(RUN_ID), scratch / "bootstrap.key", announce=False)
+        # the bootstrap stores records too: its schema must know every shard key
+        bootstrap, _ = start_dht(bench_config(RUN_ID, shards=args.shards), scratch / "bootstrap.key", announce=False)
         tree.add_dht(bootstrap)
         fields = dict(run_id=RUN_ID, initial_peers=[str(m) for m in bootstrap.get_visible_maddrs()],
-                      poll_interval_s=poll, shards=args.shards)
+                      poll_interval_s=poll, shards=args.shards, shards_per_poll=args.shards_per_poll,
+                      remember_polls=args.remember_polls, read_beam_size=args.read_beam,
+                      max_shards_per_poll=args.max_shards_per_poll)
         context = multiprocessing.get_context("spawn")
         started = time.monotonic()
         workers = [Worker(context, i, count, fields) for i, count in enumerate(counts)]
@@ -458,9 +465,16 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=0.0, help="sustained phase, s (default max(20 s, "
                         "one period); 10 with --quick)")
     parser.add_argument("--shards", type=int, default=SwarmConfig.model_fields["shards"].default,
-                        help="announcement shard keys (default: SwarmConfig's, 4); a poll reads all")
+                        help="announcement shard keys (default: SwarmConfig's, 4)")
+    parser.add_argument("--shards-per-poll", type=int, default=0, help="K: shards a poll reads, the next K of each "
+                        "peer's own order (default 0: all; sampled, the poll defaults to 1 s)")
+    parser.add_argument("--remember-polls", type=int, default=1, help="polls a peer remembers (default 1)")
+    parser.add_argument("--max-shards-per-poll", type=int, default=0, help="shards a poll may read while a peer "
+                        "remembers fewer than 16 peers (default 0: shards-per-poll)")
+    parser.add_argument("--read-beam", type=int, default=0, help="DHT read beam (default 0: hivemind's 20)")
     args = parser.parse_args()
-    args.shards = SwarmConfig(shards=args.shards).shards  # validated
+    SwarmConfig(shards=args.shards, shards_per_poll=args.shards_per_poll, remember_polls=args.remember_polls,
+                read_beam_size=args.read_beam, max_shards_per_poll=args.max_shards_per_poll)  # validated
     sizes = [int(size) for size in args.peers.split(",") if size.strip()]
     import logging
 
@@ -474,8 +488,10 @@ def main() -> None:
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; "
           f"hivemind {hivemind.__version__}; batches of {BATCH['groups']} groups × {BATCH['group_size']} × "
-          f"{BATCH['tokens_per_completion']} tokens; {args.shards} shard keys; {args.per_worker} transports per "
-          f"worker process")
+          f"{BATCH['tokens_per_completion']} tokens; {args.shards} shard keys, "
+          f"{args.shards_per_poll or 'all'} read per poll (up to {args.max_shards_per_poll or 'as many'} under 16 "
+          f"peers), {args.remember_polls} remembered, beam "
+          f"{args.read_beam or 20}; {args.per_worker} transports per worker process")
     results, tree = [], ProcessTree()
     try:
         for peers in sizes:

@@ -202,6 +202,8 @@ def status_command(
     from ftis.node.swarm.status import members_table
 
     typer.echo(members_table(members, config.run_id, view=view))
+    typer.echo(f"read all {config.shards} shard{'s' if config.shards != 1 else ''} of the run"
+               + ("" if view is None or not view.directory else f"; the node's {view.directory}"))
 
 
 @app.command("dashboard")

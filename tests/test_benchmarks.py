@@ -167,3 +167,20 @@ def test_relay_fetch_benchmark_says_why_it_cannot_build_namespaces(benchmarks, m
     monkeypatch.setattr(netns, "cannot_build", lambda: "network namespaces need root (ip netns add)")
     assert benchmarks("relay_fetch").main(["--quick"]) == 2
     assert "cannot build the NAT topology: network namespaces need root" in capsys.readouterr().err
+
+
+def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(benchmarks, capsys):
+    policy = benchmarks("swarm_policy")
+    from ftis.node.swarm import reputation, sampling
+
+    # the node's own code, not a copy
+    assert (policy.Sampler, policy.rank_offers, policy.pick) == (sampling.Sampler, sampling.rank_offers, sampling.pick)
+    assert policy.Reputation is reputation.Reputation
+    policy.main(["--quick"])
+    printed = capsys.readouterr().out
+    rows = {int(row[2].replace(",", "")): row for row in table_rows(printed, "") if row[1] == "honest"}
+    assert set(rows) == {100, 1000}, printed
+    reads = [float(rows[n][4].replace(",", "")) for n in rows]
+    assert max(reads) <= 1.1 * min(reads), printed  # per-node reads flat across N
+    assert all(rows[n][7] == "100.00%" for n in rows), printed  # every step its budget
+    assert "MISSED" not in printed, printed

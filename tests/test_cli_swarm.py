@@ -132,6 +132,7 @@ def test_status_table_prints_the_members_peer_id(member):
     assert f"run {RUN!r}: 1 member" in result.stdout
     (row,) = [line for line in result.stdout.splitlines() if peer_id in line]
     assert row.split()[:4] == [peer_id, "cli-model", "lora", "7"]
+    assert "read all 4 shards of the run" in result.stdout  # the run's directory, as this client read it
 
 
 def test_status_with_a_bad_peer_address_exits_with_an_error_line():

@@ -11,6 +11,7 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
+from ftis.node.swarm import reputation as reputation_module
 from ftis.node.swarm.inbox import (
     BAD_ANNOUNCEMENT,
     BUFFER_FULL,
@@ -187,6 +188,16 @@ def test_faded_records_are_forgotten_but_a_muted_peers_is_kept():
     assert "alice" in reputation.snapshot(T0)  # 1/32 of a batch is still evidence
     reputation.forget_faded(T0 + 20 * SETTINGS.half_life_s)
     assert list(reputation.snapshot(T0 + 20 * SETTINGS.half_life_s)) == ["mallory"]
+
+
+def test_records_are_capped_the_oldest_evidence_going_first(monkeypatch):
+    monkeypatch.setattr(reputation_module, "MAX_RECORDS", 10)
+    reputation = Reputation(SETTINGS)
+    for i in range(30):  # thirty identities, each muted, one a second
+        for _ in range(3):
+            reputation.refused(f"sybil{i}", T0 + i)
+    reputation.forget_faded(T0 + 30)
+    assert sorted(reputation.snapshot(T0 + 30)) == sorted(f"sybil{i}" for i in range(20, 30))
 
 
 def test_the_config_defaults_build_the_settings():

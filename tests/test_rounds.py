@@ -5,11 +5,11 @@ waiting for a peer that keeps missing rounds."""
 
 import time
 
-from helpers.nodes import make_node
+from helpers.nodes import LIMITS, build_node, make_node, node_config
 
 from ftis.node.runner.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
 from ftis.node.swarm.inbox import MISSED_ROUND
-from ftis.node.swarm.memory import MemoryHub
+from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol.announcement import Announcement, Reach, encode_announcement
 from ftis.protocol.limits import MAX_ROUND
 
@@ -144,6 +144,26 @@ def test_a_ghost_member_costs_a_few_deadlines_and_is_charged_for_each():
     assert all(wait < DEADLINE / 2 for wait in waits[MISSED_ROUNDS_IGNORED:]), waits
     assert node.transport.stats().rejections[("ghost", MISSED_ROUND)] == MISSED_ROUNDS_IGNORED
     assert node.transport.scores()["ghost"].bad > 0
+
+
+def test_under_a_fetch_budget_a_round_waits_for_the_batches_it_chose_not_every_live_member():
+    hub = MemoryHub()
+    small = {"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3}
+    peers = [make_node(hub, f"peer{i}", generation=small) for i in range(3)]
+    config = node_config(loop={"mode": "rounds", "round_deadline_s": DEADLINE}, generation=small,
+                         swarm={"fetch_budget": 1})
+    node = build_node(config, lambda fingerprint: MemoryTransport(hub, config.swarm.run_id, "node", fingerprint,
+                                                                  LIMITS, fetch_budget=1))
+    for peer in peers:
+        peer.run_round()
+    first = node.run_round()  # round 0: one batch of three is what it wants
+    assert first.waited_seconds < DEADLINE / 2 and first.late_peers == 0 and first.peer_groups_received == 1
+    peers[2].run_round()  # only one peer reaches round 1
+    second = node.run_round()
+    assert second.waited_seconds < DEADLINE / 2 and second.late_peers == 0
+    third = node.run_round()  # round 2: nobody has it; the one batch it wants is missing at the deadline
+    assert third.waited_seconds >= DEADLINE and third.late_peers == 1
+    assert node.transport.stats().rejected(MISSED_ROUND) == 0  # no peer was asked for it: nobody is charged
 
 
 def test_rounds_mode_does_not_wait_for_a_member_that_says_it_is_unreachable():

@@ -123,8 +123,13 @@ def hivemind_bootstrap() -> Iterator[list[str]]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# A large swarm's reads on a small one: 2 of 16 shards a poll, never more, what the last 8 polls read remembered
+# (all 16 shards), a beam of 2; every contract holds as with full reads.
+SAMPLED = dict(shards=16, shards_per_poll=2, want_peers=0, remember_polls=8, read_beam_size=2)
+
+
 @contextmanager
-def hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
+def hivemind_swarm(request: pytest.FixtureRequest, **sampling: int) -> Iterator[SwarmHarness]:
     """``HivemindTransport`` peers on 127.0.0.1 in a fresh run, joined through the module's bootstrap;
     ``advance`` shifts the clock the transports age batches by (the DHT's own clock is untouched)."""
     from hivemind.utils import get_dht_time
@@ -133,7 +138,8 @@ def hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
     from ftis.node.swarm.hivemind_transport import HivemindTransport
 
     run_id = f"contract-{uuid.uuid4().hex[:12]}"
-    config = SwarmConfig(**hivemind_settings(run_id), initial_peers=request.getfixturevalue("hivemind_bootstrap"))
+    config = SwarmConfig(**hivemind_settings(run_id), initial_peers=request.getfixturevalue("hivemind_bootstrap"),
+                         **sampling)
     clock = ShiftedClock(get_dht_time)
     transports: list[HivemindTransport] = []
 
@@ -149,8 +155,15 @@ def hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
             list(pool.map(lambda t: t.close(), transports))
 
 
-IMPLEMENTATIONS = {"memory": memory_swarm, "hivemind": hivemind_swarm}
-REAL_NETWORK = {"hivemind"}  # these start real peers: marked ``hivemind`` (conftest reaps what they leave)
+@contextmanager
+def sampled_hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
+    with hivemind_swarm(request, **SAMPLED) as harness:
+        yield harness
+
+
+IMPLEMENTATIONS = {"memory": memory_swarm, "hivemind": hivemind_swarm, "hivemind-sampled": sampled_hivemind_swarm}
+# these start real peers: marked ``hivemind`` (conftest reaps what they leave)
+REAL_NETWORK = {"hivemind", "hivemind-sampled"}
 
 
 @pytest.fixture(params=[pytest.param(name, marks=[pytest.mark.hivemind] if name in REAL_NETWORK else [])

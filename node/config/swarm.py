@@ -10,9 +10,11 @@ from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S
 
 if TYPE_CHECKING:
     from ftis.node.swarm.reputation import ReputationSettings
+    from ftis.node.swarm.sampling import ReadSettings
 
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MAX_SHARDS = 1024  # 16,384 peers at 16 records a shard; the schema validator's build time grows with it
 
 
 class SwarmConfig(Section):
@@ -72,10 +74,40 @@ class SwarmConfig(Section):
                                  "(the bootstrap prints it)")
         return values
     shards: int = Field(
-        4, ge=1, le=256, description="DHT keys the run's announcements spread over; every peer of a run must use the "
-        "same number. A read asks each DHT peer for ⌊√n⌋ keys in one answer of at most 4 MiB (~1,400 full "
-        "records): 4 shards hold ~2,800 peers and cost about what 2 do.",
+        4, ge=1, le=MAX_SHARDS, description="S: DHT keys the run's announcements spread over, a run constant every "
+        "peer must share: about the largest swarm the run expects / 16 (docs/swarm.md). One DHT answer carries at "
+        "most 4 MiB (~1,400 full records). Every node builds a validator with one field per shard (~0.4 s at 1,024).",
     )
+    shards_per_poll: int = Field(
+        0, ge=0, description="K: shards a poll reads, the next K of this node's own random order of all S (so it "
+        "covers them all every S/K polls); 0: all of them every poll (a small swarm). A sampled read costs about "
+        "K × 16 records × 3 KB × the DHT peers that answer, whatever the swarm's size.",
+    )
+    max_shards_per_poll: int = Field(
+        0, ge=0, description="While the node remembers fewer than want_peers peers (a run smaller than planned), "
+        "each poll reads twice as many shards as the last, up to this; 0: shards_per_poll (never more).",
+    )
+    want_peers: int = Field(16, ge=0, description="Peers a node wants to remember (remember_polls); fewer, and it "
+                            "reads more shards (max_shards_per_poll).")
+    remember_polls: int = Field(1, ge=1, le=64, description="A node remembers what its last this many polls read "
+                                "(the newest announcement of each peer) and fetches from that: bounded memory.")
+    read_beam_size: int = Field(0, ge=0, le=64, description="DHT peers a read keeps asking near each key; with the "
+                                "latest values asked for, each that holds a copy answers with it. 0: hivemind's "
+                                "(20). 2 finds a key's replicas on a settled DHT at a fraction of the bytes.")
+    fetch_budget: int = Field(
+        0, ge=0, description="Batches fetched or waiting for the trainer at once, from distinct peers, freshest first "
+        "(random tie-breaks among those of one poll interval's age): just enough to fill mix.max_peer_groups, e.g. "
+        "⌈max_peer_groups / groups per batch⌉ + 1. 0: every fresh batch announced (a small swarm). Rounds mode "
+        "then waits for this many of the round's batches, not for every live peer.",
+    )
+    fetch_horizon_s: float = Field(
+        0.0, ge=0, description="Under a fetch budget, batches older than this are not taken (the budget waits for "
+        "fresher ones); 0: max_age_s. A large swarm: 2 × poll_interval_s + a DHT store's delay (~0.5 s).",
+    )
+
+    def fetch_horizon(self) -> float:
+        """The oldest a batch may be to be taken under the fetch budget, in seconds."""
+        return self.fetch_horizon_s or self.max_age_s
     announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
     announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
                                       description="An announcement expires unless renewed in time (at most 300 s).")
@@ -123,7 +155,34 @@ class SwarmConfig(Section):
     def _ttl_outlives_interval(self) -> "SwarmConfig":
         if self.announcement_ttl_s <= self.announce_interval_s:
             raise ValueError("announcement_ttl_s must exceed announce_interval_s, or announcements lapse")
+        if self.shards_per_poll > self.shards:
+            raise ValueError(f"shards_per_poll ({self.shards_per_poll}) exceeds shards ({self.shards})")
+        if self.max_shards_per_poll and not self.shards_per_poll <= self.max_shards_per_poll <= self.shards:
+            raise ValueError(f"max_shards_per_poll ({self.max_shards_per_poll}) must lie between shards_per_poll and "
+                             f"shards ({self.shards_per_poll or self.shards}, {self.shards})")
+        if self.fetch_budget > self.max_buffered_batches:
+            raise ValueError(f"fetch_budget ({self.fetch_budget}) exceeds max_buffered_batches "
+                             f"({self.max_buffered_batches})")
         return self
+
+    def read_settings(self) -> "ReadSettings":
+        """How polls sample the shards, as ``swarm/sampling.py`` takes it."""
+        from ftis.node.swarm.sampling import ReadSettings
+
+        per_poll = self.shards_per_poll or self.shards
+        return ReadSettings(shards=self.shards, per_poll=per_poll, most_per_poll=self.max_shards_per_poll or per_poll,
+                            remember_polls=self.remember_polls, want_peers=self.want_peers)
+
+    def sampling_line(self) -> str:
+        """The directory settings in one line (``ftis-node status``, a node's start-up)."""
+        read = "all" if not self.shards_per_poll or self.shards_per_poll == self.shards else str(self.shards_per_poll)
+        more = f" (up to {self.max_shards_per_poll} while under {self.want_peers} peers)" if (
+            self.max_shards_per_poll > (self.shards_per_poll or self.shards)) else ""
+        budget = ("every fresh batch" if self.fetch_budget == 0 else
+                  f"{self.fetch_budget} batches at once, none older than {self.fetch_horizon():g} s")
+        beam = "hivemind's" if self.read_beam_size == 0 else str(self.read_beam_size)
+        return (f"directory: {self.shards} shards, {read} read per poll{more}, the last {self.remember_polls} "
+                f"poll{'s' if self.remember_polls != 1 else ''} remembered, read beam {beam}; fetch budget {budget}")
 
     def reputation(self) -> "ReputationSettings":
         """The peer-score settings, as ``swarm/reputation.py`` takes them."""

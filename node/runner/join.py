@@ -89,7 +89,8 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing into the node's folder ``out``
     (``resume``: continuing from its latest checkpoint); always checkpoints the last completed round and
     closes the transport."""
-    metrics = RunMetrics(out, node.config.metrics, echo)
+    metrics = RunMetrics(out, node.config.metrics, echo, directory=node.config.swarm.sampling_line())
+    echo(node.config.swarm.sampling_line())
     echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
          f"{node.config.swarm.run_id!r}; metrics in {metrics.log.path}")
     checkpointer = Checkpointer(node, out, echo)

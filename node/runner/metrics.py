@@ -114,7 +114,10 @@ class RunMetrics:
     """Everything a run writes per step: ``metrics.jsonl``, TensorBoard events (unless disabled) and
     the terminal display, in the node's folder ``folder``."""
 
-    def __init__(self, folder: Path, config: MetricsConfig, echo: Callable[[str], None], console: Any = None):
+    def __init__(self, folder: Path, config: MetricsConfig, echo: Callable[[str], None], console: Any = None,
+                 directory: str = ""):
+        """``directory``: how the node reads the swarm (``SwarmConfig.sampling_line``), for ``status --node``."""
+        self._directory = directory
         self._writer = BackgroundWriter()  # the files; the display stays in the loop's thread, in step with its lines
         self.log = MetricsLog(folder, self._writer)
         self._folder = folder
@@ -132,7 +135,7 @@ class RunMetrics:
         self._writer.submit(write_peer_view, self._folder, PeerView(  # for ftis-node status --node
             record["time"], report.round, report.scores, record["rejections_by_peer"],
             announce_failures=report.transport.announce_failures, poll_failures=report.transport.poll_failures,
-            alone_seconds=alone_s))
+            alone_seconds=alone_s, directory=self._directory))
         if self.tensorboard is not None:
             self._writer.submit(self.tensorboard.write, record)
         self.display.show(record)

@@ -25,6 +25,8 @@ MISSED_ROUNDS_IGNORED = 2
 # ...and no node jumps past this round, whoever claims it: half the protocol's range (MAX_ROUND / 2 rounds, 17,000
 # years at a round a second), so a node can always publish the rounds after it.
 MAX_JUMP_ROUND = MAX_ROUND // 2
+# Peers whose newest round is remembered: past this, the half with the oldest rounds is forgotten.
+MAX_PEERS_NOTED = 4096
 _POLL_S = 0.05  # how often the local inbox is checked while waiting (no network call)
 _REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
 
@@ -92,6 +94,10 @@ class RoundsBarrier:
         for item in received:
             self._latest[item.peer_id] = max(item.batch.round, self._latest.get(item.peer_id, -1))
             self._missed.pop(item.peer_id, None)
+        if len(self._latest) > MAX_PEERS_NOTED:  # bounded memory: keep the peers with the newest rounds
+            kept = sorted(self._latest.items(), key=lambda entry: -entry[1])[:MAX_PEERS_NOTED // 2]
+            self._latest = dict(kept)
+            self._missed = {peer: count for peer, count in self._missed.items() if peer in self._latest}
 
     def _live_peers(self) -> set[str]:
         """Peers announced within the TTL, with this node's tokenizer, not muted (a muted peer's batches are
@@ -108,6 +114,12 @@ class RoundsBarrier:
         arrived early, during an earlier round's wait, counts), unless they missed the last
         ``MISSED_ROUNDS_IGNORED`` deadlines, plus a placeholder for each peer short of ``loop.min_peers``."""
         awaited = {peer for peer in self._live_peers() if self._missed.get(peer, 0) < MISSED_ROUNDS_IGNORED}
-        missing = {peer for peer in awaited if self._latest.get(peer, -1) < round_}
         wanted = self.config.loop.min_peers
-        return missing | {f"(peer {k} of {wanted})" for k in range(len(awaited) + 1, wanted + 1)}
+        placeholders = {f"(peer {k} of {wanted})" for k in range(len(awaited) + 1, wanted + 1)}
+        budget = self.config.swarm.fetch_budget
+        if budget:  # the batches it chose: placeholders only, so no peer is charged for a round it was not asked
+            reached = sum(1 for latest in self._latest.values() if latest >= round_)
+            goal = min(budget, len(awaited))
+            return placeholders | {f"(batch {k} of {goal})" for k in range(reached + 1, goal + 1)}
+        missing = {peer for peer in awaited if self._latest.get(peer, -1) < round_}
+        return missing | placeholders

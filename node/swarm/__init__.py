@@ -11,7 +11,9 @@ Files:
 - ``peer_view.py``          a node's scores of its peers in ``DIR/peers.json``, for ``status --node``.
 - ``outbox.py``             this node's recent encoded batches and the announcement listing them.
 - ``records.py``            the run's sharded DHT keys and the signature + schema validators.
-- ``directory.py``          reading all shard keys in one DHT traversal; which announcements count.
+- ``directory.py``          reading shard keys in one DHT traversal; which announcements count.
+- ``sampling.py``           which shards a poll reads (all, or the next few of the node's own order), what the
+                            last polls returned, and the fetch budget: the freshest batches from distinct peers.
 - ``identity.py``           identity files: one key for the peer id and the announcement signature.
 - ``bootstrap.py``          ``ftis-node bootstrap``: a DHT-only entry peer that logs what it sees.
 - ``status.py``             the members table ``ftis-node status`` prints (with a node's scores: ``--node``).

@@ -61,7 +61,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             if time.monotonic() >= next_log:
                 next_log += log_interval_s
                 neighbours = dht.run_coroutine(_count_neighbours)
-                members = read_members(dht, config.run_id, config.shards)
+                members = read_members(dht, config.run_id, config.shards, beam_size=config.read_beam_size or None)
                 line = (f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
                         f"members announcing in run {config.run_id!r}: {len(members)}")
                 relay = read_counters(metrics_port) if config.relay_service else None

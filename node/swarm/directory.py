@@ -3,9 +3,12 @@ owner's public key) and an announcement. An announcement counts only if it decod
 describes the very peer whose key signed it (its peer id derives from that key), and expires no later
 than an honest peer's would (``expires_by``).
 
-All shard keys are read in one DHT traversal (``read_shards``, run inside the DHT process): one
-``get`` per shard would ask the same nearby peers once per key. Measured with 3 peers polling every
-0.5 s on 127.0.0.1: 17% of a core against 25–30% with 4 shards, 23% against 44% with 8.
+The shard keys a poll reads (all of them, or the sample ``sampling.Sampler`` chose) are read in one DHT
+traversal (``read_shards``, run inside the DHT process): one ``get`` per shard would ask the same nearby
+peers once per key. Measured with 3 peers polling every 0.5 s on 127.0.0.1: 17% of a core against 25–30%
+with 4 shards, 23% against 44% with 8. ``beam_size`` bounds how many DHT peers the traversal keeps asking
+near each key (hivemind's default, 20, when None): with ``latest=True`` every one of them that holds a copy
+answers with the whole dictionary, so a beam just wide enough to find the key's replicas costs a fraction.
 """
 
 from collections.abc import Iterable, Sequence
@@ -17,7 +20,7 @@ from hivemind.dht import DHTNode
 from hivemind.utils.mpfuture import MPFuture
 
 from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
-from ftis.node.swarm.records import all_shard_keys
+from ftis.node.swarm.records import all_shard_keys, shard_key
 from ftis.node.swarm.transport import Member, member_of
 from ftis.protocol import DecodeError
 from ftis.protocol.announcement import Announcement, decode_announcement
@@ -84,21 +87,27 @@ def _decode(value: object) -> Announcement | None:
         return None
 
 
-async def _latest_values(_dht: hivemind.DHT, node: DHTNode, keys: Sequence[str]) -> list[object]:
+async def _latest_values(_dht: hivemind.DHT, node: DHTNode, keys: Sequence[str],
+                         beam_size: int | None = None) -> list[object]:
     """Runs in the DHT process: the latest value of each key (None if absent), one traversal for all."""
-    found = await node.get_many(keys, sufficient_expiration_time=float("inf"))  # inf: the latest, as get(latest=True)
+    # inf: the latest, as get(latest=True)
+    found = await node.get_many(keys, sufficient_expiration_time=float("inf"), beam_size=beam_size)
     return [found.get(key) for key in keys]
 
 
-def read_shards(dht: hivemind.DHT, run_id: str, shards: int) -> MPFuture:
-    """Start reading every shard key of a run in one traversal. The future (await it, or ``.result()``)
-    holds each key's value, or None."""
-    return dht.run_coroutine(partial(_latest_values, keys=all_shard_keys(run_id, shards)), return_future=True)
+def read_shards(dht: hivemind.DHT, run_id: str, shards: int, only: Sequence[int] | None = None,
+                beam_size: int | None = None) -> MPFuture:
+    """Start reading a run's shard keys in one traversal: all ``shards`` of them, or those numbered in ``only``.
+    The future (await it, or ``.result()``) holds each key's value, or None, in that order."""
+    keys = all_shard_keys(run_id, shards) if only is None else [shard_key(run_id, shard) for shard in only]
+    return dht.run_coroutine(partial(_latest_values, keys=keys, beam_size=beam_size), return_future=True)
 
 
-def read_members(dht: hivemind.DHT, run_id: str, shards: int, timeout: float | None = None) -> list[Member]:
-    """The run's members now (blocking: for readers like ``ftis-node status`` and the dashboard);
+def read_members(dht: hivemind.DHT, run_id: str, shards: int, timeout: float | None = None,
+                 beam_size: int | None = None) -> list[Member]:
+    """The run's members now, from every shard (blocking: for readers like ``ftis-node status`` and the dashboard;
+    in a large run that is every record, times the copies the ``beam_size`` meets: ~3 KB × N × a few);
     ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
-    values = read_shards(dht, run_id, shards).result(timeout=timeout)
+    values = read_shards(dht, run_id, shards, beam_size=beam_size).result(timeout=timeout)
     return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
 

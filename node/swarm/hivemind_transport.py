@@ -1,10 +1,13 @@
 """The real transport: signed announcements in a Hivemind DHT, payloads over libp2p streams.
 
 Shape (docs/swarm.md): a peer stores one small signed announcement (``protocol/announcement.py``) under
-its run's shard key and renews it before it expires; every ``poll_interval_s`` it reads all shards,
-checks each announcement was signed by the key of the peer it describes, and fetches the batches
-its ``Inbox`` wants over a P2P stream from that peer, concurrently, each under one deadline. All
-shard keys are read in one DHT traversal (``directory.read_shards``).
+its run's shard key and renews it before it expires; every ``poll_interval_s`` it reads the shards its
+``Sampler`` chooses (all of them in a small swarm; the next few of its own random order in a large one),
+checks each announcement was signed by the key of the peer it describes, remembers what its last few
+polls read, and fetches the batches its ``Inbox`` wants over a P2P stream from that peer, concurrently,
+each under one deadline: every fresh batch, or, under a fetch budget, the freshest from distinct peers up
+to the budget (``sampling.py``). A poll's shard keys are read in one DHT traversal
+(``directory.read_shards``).
 
 How peers reach this node (``reachability.own_reach``: directly, through a relay's circuit, not at all) is found
 again before each announcement, from the addresses ``p2pd`` advertises and AutoNAT's verdict among libp2p's own
@@ -42,6 +45,7 @@ on instead of sleeping); the DHT's record expirations always follow the DHT's ow
 import asyncio
 import contextlib
 import logging
+import random
 import shutil
 import tempfile
 import threading
@@ -73,10 +77,11 @@ from ftis.node.swarm.p2pd_metrics import RelayCounters, free_port, read_counters
 from ftis.node.swarm.reachability import RelayAwareDHT, own_reach, p2p_options, p2pd_flags, relays_of
 from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.sampling import Sampler
 from ftis.node.swarm.slots import FairSlots
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
-from ftis.protocol.announcement import BatchDescriptor, Reach, encode_announcement
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach, encode_announcement
 from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 
 logger = logging.getLogger(__name__)
@@ -168,6 +173,8 @@ class HivemindTransport:
         self._circuits: dict[str, tuple[str, ...]] = {}  # peer id -> circuit addresses it announces (relayed)
         self._own_relays = relay_ids(relays_of(config))
         self._directory = Directory()
+        self._rng = random.Random()
+        self._sampler: Sampler[Announcement] = Sampler(config.read_settings(), self._rng)
         self._closed = False
         self._serves_turned_away = self._announce_failures = self._poll_failures = 0  # the network thread counts
         self._relayed_received = self._relayed_sent = 0  # ...and these
@@ -360,30 +367,32 @@ class HivemindTransport:
             self._poll_soon.clear()
 
     async def _poll_once(self) -> None:
-        values = await self._dht_call(read_shards(self._dht, self._config.run_id, self._config.shards))
+        config = self._config
+        future = read_shards(self._dht, config.run_id, config.shards, only=self._sampler.shards_to_read(),
+                             beam_size=config.read_beam_size or None)
+        values = await self._dht_call(future)
         # A record that expires later than any peer may store one for is meant to outlive its owner (a ghost
         # member): refused, as every node's DHT refuses to store it (records.py).
         reading = self._directory.read(values, expires_by=latest_expiration())
         for peer_id, record in reading.rejected:
             self._inbox.reject_announcement(peer_id, record)
-        members = {}
-        for announcement, record in zip(reading.announcements, reading.records, strict=True):
-            if announcement.peer_id == self._peer_id or not self._inbox.admit_announcement(announcement, record):
-                continue
-            members[announcement.peer_id] = member_of(announcement)
-            self._listed[announcement.peer_id] = frozenset(descriptor.round for descriptor in announcement.batches)
-            self._circuits[announcement.peer_id] = announcement.reach.addrs
-            if announcement.reach.how == "unreachable":  # it says no one can dial it: not worth a fetch slot
-                continue
-            for descriptor in announcement.batches:
-                if self._inbox.consider(announcement, descriptor):
-                    task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
-                    self._fetches.add(task)
-                    task.add_done_callback(self._fetches.discard)
-        for gone in self._listed.keys() - members.keys():
-            del self._listed[gone]
-            self._circuits.pop(gone, None)
-        self._members = members
+        self._sampler.remember(
+            (announcement.peer_id, announcement)
+            for announcement, record in zip(reading.announcements, reading.records, strict=True)
+            if announcement.peer_id != self._peer_id and self._inbox.admit_announcement(announcement, record))
+        remembered = self._sampler.listings()
+        self._members = {peer_id: member_of(announcement) for peer_id, announcement in remembered.items()}
+        self._listed = {peer_id: frozenset(d.round for d in announcement.batches)
+                        for peer_id, announcement in remembered.items()}
+        self._circuits = {peer_id: announcement.reach.addrs for peer_id, announcement in remembered.items()}
+        # one that says no one can dial it is not worth a fetch slot
+        dialable = [a for a in remembered.values() if a.reach.how != "unreachable"]
+        wanted = self._inbox.choose(dialable, config.fetch_budget, config.poll_interval_s, self._rng,
+                                    config.fetch_horizon())
+        for announcement, descriptor in wanted:
+            task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
 
     async def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
         attempt = 0

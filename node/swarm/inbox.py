@@ -17,14 +17,17 @@ Thread-safe: the network thread calls ``consider``/``deliver``/``fail``, the tra
 """
 
 import hashlib
+import math
+import random
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings
+from ftis.node.swarm.sampling import Offer, pick, rank_offers
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, decode
 from ftis.protocol.announcement import Announcement, BatchDescriptor
@@ -58,6 +61,10 @@ MISSED_ROUND = "missed_round"
 SLOW = "slow"
 MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
+# Per-peer tables are capped (a swarm of thousands, Sybils that come and go): the bad-announcement digests and
+# the forgotten dates keep the newest this many peers; the seen set is bounded by max_age_s.
+MAX_PEERS_TRACKED = 4096
+
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
 # network may be at fault); the other reasons say nothing about the peer.
 PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT, PROMPT_MISMATCH,
@@ -82,12 +89,13 @@ class Inbox:
         self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, round) -> created_at
         # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered
         # already (or is stale anyway), so a publisher still listing it is not counted again each poll
-        self._forgotten: dict[str, float] = {}
+        self._forgotten: OrderedDict[str, float] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers
         self._pending: dict[tuple[str, int], int] = {}  # (peer, round) -> bytes, in flight or queued
         self._in_flight: set[tuple[str, int]] = set()
         # Refused only for lack of room (quota, buffer): counted once, asked again once room frees.
         self._deferred: set[tuple[str, int]] = set()
-        self._bad_announcements: dict[str, bytes] = {}  # peer -> digest of its last bad record, counted once
+        # peer -> digest of its last bad record, counted once (the newest MAX_PEERS_TRACKED peers)
+        self._bad_announcements: OrderedDict[str, bytes] = OrderedDict()
         self._next_prune = -float("inf")
         self._queue: deque[ReceivedBatch] = deque()
         self._stats = TransportStats()
@@ -183,12 +191,34 @@ class Inbox:
                 del self._pending[key]
                 self._count(peer_id, reason)
 
+    def choose(self, announcements: Iterable[Announcement], budget: int, tie_s: float, rng: random.Random,
+               horizon_s: float = math.inf) -> list[tuple[Announcement, BatchDescriptor]]:
+        """The announced batches to fetch now, each already ``consider``-ed. ``budget`` 0: every one ``consider``
+        takes. Otherwise a fetch budget (``sampling.py``): the freshest (ages in slices of ``tie_s``, better-scored
+        peers first, then at random; none older than ``horizon_s``), from distinct peers, as many as the batches
+        in flight or waiting for the trainer leave room for, up to ``budget``."""
+        if budget == 0:
+            return [(a, d) for a in announcements for d in a.batches if self.consider(a, d)]
+        with self._lock:
+            busy = {peer for peer, _ in self._pending}
+            room = budget - len(self._pending)
+            scores = {peer: score.score for peer, score in self._reputation.snapshot(self._clock()).items()}
+        if room <= 0:
+            return []
+        offers = [Offer(a.peer_id, d.created_at, (a, d)) for a in announcements if a.peer_id not in busy
+                  for d in a.batches]
+        ranked = rank_offers(offers, self._clock(), tie_s, rng, scores, horizon_s)
+        return [offer.item for offer in pick(ranked, room, busy, lambda offer: self.consider(*offer.item))]
+
     def reject_announcement(self, peer_id: str, record: bytes = b"") -> None:
         """Count a peer's invalid announcement record, once per distinct record (polls see it again)."""
         digest = hashlib.sha256(record).digest()
         with self._lock:
             if self._bad_announcements.get(peer_id) != digest:
                 self._bad_announcements[peer_id] = digest
+                self._bad_announcements.move_to_end(peer_id)
+                while len(self._bad_announcements) > MAX_PEERS_TRACKED:
+                    self._bad_announcements.popitem(last=False)
                 self._count(peer_id, BAD_ANNOUNCEMENT)
 
     def admit_announcement(self, announcement: Announcement, record: bytes) -> bool:
@@ -255,6 +285,9 @@ class Inbox:
             created_at = self._seen.pop(key)
             self._deferred.discard(key)
             self._forgotten[key[0]] = max(created_at, self._forgotten.get(key[0], created_at))
+            self._forgotten.move_to_end(key[0])
+        while len(self._forgotten) > MAX_PEERS_TRACKED:  # a peer dropped here may have one stale refusal counted again
+            self._forgotten.popitem(last=False)
 
 
 class Rejected(Exception):

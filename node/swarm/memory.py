@@ -6,6 +6,7 @@ as on the real swarm, so code that works here behaves the same over hivemind. Fe
 inside ``receive``: synchronous, with no thread.
 """
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -56,8 +57,13 @@ class MemoryHub:
 
 class MemoryTransport:
     def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
-                 clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None):
+                 clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None,
+                 fetch_budget: int = 0, tie_s: float = 1.0, rng: random.Random | None = None,
+                 horizon_s: float = float("inf")):
+        """``fetch_budget``, ``tie_s``, ``horizon_s``: as ``Inbox.choose`` takes them (0: every fresh batch)."""
         self._hub, self._peer_id = hub, peer_id
+        self._fetch_budget, self._tie_s, self._horizon_s = fetch_budget, tie_s, horizon_s
+        self._rng = rng if rng is not None else random.Random()
         self._outbox = Outbox(run_id, peer_id, clock=clock)
         self._outbox.set_reach(Reach("direct"))  # in one process every peer reaches every other
         self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
@@ -75,6 +81,7 @@ class MemoryTransport:
 
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         self._check_open()
+        admitted = []
         for peer_id, data in self._hub.announcements().items():
             if peer_id == self._peer_id:
                 continue
@@ -91,9 +98,10 @@ class MemoryTransport:
             self._members[peer_id] = member_of(announcement)
             if announcement.reach.how == "unreachable":  # as on the real swarm: no one could dial it
                 continue
-            for descriptor in announcement.batches:
-                if self._inbox.consider(announcement, descriptor):
-                    self._fetch(peer_id, descriptor)
+            admitted.append(announcement)
+        for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng,
+                                                              self._horizon_s):
+            self._fetch(announcement.peer_id, descriptor)
         return self._inbox.drain(max_batches)
 
     def poll_now(self) -> None:

@@ -8,10 +8,12 @@ sees the last step's view or the one before, never half of one:
     {"time": unix seconds of the step, "round": 12,
      "peers": {peer id: {"score": 0.93, "good": 11.2, "bad": 0.8, "muted_until": null, "mutes": 0,
                          "rejections": {reason: count since the node started}}},
-     "dht": {"announce_failures": 0, "poll_failures": 0, "alone_seconds": 0.0}}
+     "dht": {"announce_failures": 0, "poll_failures": 0, "alone_seconds": 0.0},
+     "directory": "directory: 625 shards, 2 read per poll, ..."}
 
 ``dht``: the node's failed announcements and reads of the DHT since it started, and the seconds since it
-last saw a peer (absent in a file an older node wrote: read as zeros).
+last saw a peer (absent in a file an older node wrote: read as zeros). ``directory``: how the node reads the
+swarm (``SwarmConfig.sampling_line``; absent in an older file: empty).
 
 ``muted_until`` is unix seconds while the peer is muted, else null.
 """
@@ -40,6 +42,7 @@ class PeerView:
     announce_failures: int = 0  # failed announcements since the node started
     poll_failures: int = 0  # failed reads of the peers' announcements
     alone_seconds: float = 0.0  # since the node last saw a peer
+    directory: str = ""  # how the node reads the swarm: shards, read per poll, fetch budget
 
 
 def write_peer_view(folder: Path, view: PeerView) -> Path:
@@ -52,7 +55,7 @@ def write_peer_view(folder: Path, view: PeerView) -> Path:
         peers[peer] = {"rejections": dict(view.rejections[peer])}
     data = {"time": view.time, "round": view.round, "peers": dict(sorted(peers.items())),
             "dht": {"announce_failures": view.announce_failures, "poll_failures": view.poll_failures,
-                    "alone_seconds": view.alone_seconds}}
+                    "alone_seconds": view.alone_seconds}, "directory": view.directory}
     return write_atomic(folder / PEER_VIEW_FILE, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
@@ -73,7 +76,8 @@ def read_peer_view(folder: Path) -> PeerView:
         view = PeerView(time=float(data["time"]), round=int(data["round"]), scores=scores, rejections=rejections,
                         announce_failures=int(dht.get("announce_failures", 0)),
                         poll_failures=int(dht.get("poll_failures", 0)),
-                        alone_seconds=float(dht.get("alone_seconds", 0.0)))
+                        alone_seconds=float(dht.get("alone_seconds", 0.0)),
+                        directory=str(data.get("directory", "")))
     except FileNotFoundError:
         raise PeerViewError(f"{path} does not exist: is a node running with --out {folder}?") from None
     except OSError as error:

@@ -12,11 +12,13 @@ included, installs all three (docs/swarm.md), so such records are neither stored
 
 Sharding keeps what one DHT answer carries below hivemind's 4 MiB message limit. A full record is
 about 3 KB (a 16-batch announcement of ~2.2 KB, the 391-byte subkey with the public key, the
-356-byte signature), so 4 MiB is ~1,400 records. All shards are read in one traversal
+356-byte signature), so 4 MiB is ~1,400 records. The shards a poll reads are read in one traversal
 (``directory.read_shards``), in which hivemind asks each DHT peer for ⌊√n⌋ of the n keys per request
 and gets them back in one answer: with the default 4 shards, two shards share an answer, so each
-holds ~700 peers and the run ~2,800. Shards are not free either: 4 cost about what 2 do (two
-requests per DHT peer asked), 8 about twice what 1 does (``SwarmConfig.shards``).
+holds ~700 peers and the run ~2,800. Read all at once, shards are not free: 4 cost about what 2 do (two
+requests per DHT peer asked), 8 about twice what 1 does. A large run has ~16 records a shard and reads a few
+shards a poll (``sampling.py``, ``SwarmConfig.shards_per_poll``), so what a read costs stays the same whatever
+the run's size.
 """
 
 import hashlib

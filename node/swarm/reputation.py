@@ -43,6 +43,9 @@ FAILED_WEIGHT = 0.5
 FILTERED_WEIGHT = 4.0
 PRIOR = 1.0  # good evidence every peer starts with: the score of a newcomer is 1
 _FADED = 1e-3  # evidence below this, with no mute behind it, is forgotten (``forget_faded``)
+# Records kept at most (``forget_faded``): past this, those with the oldest evidence go, muted or not, so that
+# identities made by the thousand cost a node bounded memory (one forgotten while muted is judged afresh).
+MAX_RECORDS = 8192
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,15 @@ class Reputation:
 
     def forget_faded(self, now: float) -> None:
         """Drop the records whose evidence has decayed to nothing and that were never muted: bounded memory
-        under peers that come and go (a muted peer is remembered, so its next mute is longer)."""
+        under peers that come and go (a muted peer is remembered, so its next mute is longer); then, past
+        ``MAX_RECORDS``, those whose latest evidence is oldest."""
         for peer_id in [p for p, r in self._records.items()
                         if r.mutes == 0 and (r.good + r.bad) * self._decay(r, now) < _FADED]:
             del self._records[peer_id]
+        if len(self._records) > MAX_RECORDS:
+            oldest = sorted(self._records, key=lambda peer_id: self._records[peer_id].at)
+            for peer_id in oldest[: len(self._records) - MAX_RECORDS]:
+                del self._records[peer_id]
 
     def _add(self, peer_id: str, now: float, good: float = 0.0, bad: float = 0.0) -> None:
         record = self._records.setdefault(peer_id, _Record(at=now))
