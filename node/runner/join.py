@@ -59,7 +59,7 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
             # Any member is an entry point, so the swarm outlives its bootstrap; a client-mode node accepts
             # no connections (and hivemind has no addresses to give for it).
             if echo is not None:
-                for line in describe_reachability(config.swarm):
+                for line in [*describe_reachability(config.swarm), config.swarm.sampling_line()]:
                     echo(line)
             if echo is not None and not config.swarm.client_mode:
                 echo("others can join through this node too:")
@@ -90,7 +90,6 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     (``resume``: continuing from its latest checkpoint); always checkpoints the last completed round and
     closes the transport."""
     metrics = RunMetrics(out, node.config.metrics, echo, directory=node.config.swarm.sampling_line())
-    echo(node.config.swarm.sampling_line())
     echo(f"node {node.transport.peer_id} ({node.policy.name}, {node.policy.adapter}) in run "
          f"{node.config.swarm.run_id!r}; metrics in {metrics.log.path}")
     checkpointer = Checkpointer(node, out, echo)
