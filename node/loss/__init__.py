@@ -1,19 +1,23 @@
 """The F-TIS algorithm core: pure functions over tensors (docs/loss.md).
 
 Files:
-- ``types.py``       ``LossInputs``, ``LossParams``, ``LossMetrics``, ``LossOutputs``: what goes in and out.
+- ``types.py``       ``LossInputs``, ``SequenceLossInputs``, ``LossParams``, ``LossMetrics``, ``LossOutputs``:
+                     what goes in and out.
 - ``advantages.py``  vertical group advantages (std or mean-only) and zero-variance groups.
 - ``terms.py``       the building blocks: masked means, the detached truncated IS weight, the k3
-                     divergence per completion, the filter (rules "or" and "and"), the clipped surrogate.
-- ``variants.py``    ``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` and the one table that names them.
+                     divergence per completion, the filter (rules "or" and "and"), the clipped surrogate, the metrics.
+- ``variants.py``    ``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` per token, and the one table that names each
+                     variant's two forms, per token and per sequence.
+- ``sequence.py``    the same five per sequence, for groups whose generator used another tokenizer: one
+                     length-normalised, truncated weight per completion, and the filter on the same log-ratio.
 
 Nothing here reads a config object, logs, calls ``.item()`` or does I/O: tensors and floats in,
 a small dataclass out.
 """
 
 from ftis.node.loss.advantages import GroupAdvantages, group_advantages
-from ftis.node.loss.types import LossInputs, LossMetrics, LossOutputs, LossParams
-from ftis.node.loss.variants import LOSS_VARIANTS, compute_loss
+from ftis.node.loss.types import LossInputs, LossMetrics, LossOutputs, LossParams, SequenceLossInputs
+from ftis.node.loss.variants import LOSS_VARIANTS, LossVariant, compute_loss
 
 __all__ = [
     "LOSS_VARIANTS",
@@ -22,6 +26,8 @@ __all__ = [
     "LossMetrics",
     "LossOutputs",
     "LossParams",
+    "LossVariant",
+    "SequenceLossInputs",
     "compute_loss",
     "group_advantages",
 ]

@@ -1,7 +1,8 @@
 """The building blocks of every loss variant (docs/loss.md), each a pure function over tensors.
 
 Callers pass log-prob tensors already zeroed at padded positions (``variants.py`` does that first),
-so no NaN or inf from padding can reach a value or a gradient here.
+so no NaN or inf from padding can reach a value or a gradient here. Both granularities use them: per
+token (``variants.py``) and per sequence (``sequence.py``, where a (B,) tensor stands in for a (B, T) one).
 """
 
 import math
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ftis.node.loss.types import FilterRule
+from ftis.node.loss.types import FilterRule, LossMetrics
 
 # The largest log-ratio log R_t the surrogate takes, on its side that no PPO clip bounds (R above 1 + ε with
 # Â < 0). exp(20) ≈ 4.9e8 is far beyond any ratio an honest sample reaches, and far below float32's
@@ -88,3 +89,33 @@ def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, epsilon: float) -> 
     lower = torch.where(advantages <= 0, math.log1p(-epsilon), -math.inf)  # (B, 1)
     ratio = torch.exp(torch.clamp(log_ratio, min=lower, max=upper))
     return torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)
+
+
+def loss_metrics(
+    mask: Tensor,
+    active: Tensor,
+    eligible: Tensor,
+    divergence: Tensor,
+    zero_variance_groups: Tensor,
+    weight: Tensor,
+    truncated: Tensor,
+    decision: FilterDecision,
+) -> LossMetrics:
+    """The metrics every variant reports (``LossMetrics``); ``weight`` and ``truncated`` are (B, T), per token
+    (a per-sequence weight counts once for each of its completion's tokens)."""
+    num_sequences = active.sum()
+    tokens = mask & active[:, None]  # (B, T)
+    num_tokens = tokens.sum().clamp(min=1)
+    per_sequence = num_sequences.clamp(min=1)
+    weight = weight.detach()
+    return LossMetrics(
+        num_sequences=num_sequences,
+        filtered_fraction=decision.dropped.sum() / per_sequence,
+        filtered_advantage_fraction=decision.by_advantage.sum() / per_sequence,
+        filtered_divergence_fraction=decision.by_divergence.sum() / per_sequence,
+        is_weight_mean=torch.where(tokens, weight, 0.0).sum() / num_tokens,
+        is_weight_max=torch.where(tokens, weight, 0.0).amax() if weight.numel() else weight.new_zeros(()),
+        truncated_fraction=(truncated & tokens).sum() / num_tokens,
+        divergence_mean=torch.where(eligible, divergence, 0.0).sum() / eligible.sum().clamp(min=1),
+        zero_variance_groups=zero_variance_groups,
+    )

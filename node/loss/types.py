@@ -27,6 +27,23 @@ class LossInputs:
 
 
 @dataclass(frozen=True)
+class SequenceLossInputs:
+    """A group whose generator used another tokenizer (``sequence.py``): this node re-tokenized the
+    completion *text* with its own tokenizer, so the token axis is this node's, and the generator's
+    log-prob comes as one number per completion. No per-token ``sampler_logprobs`` exist here."""
+
+    logprobs: Tensor  # (B, T) log π_θ over this node's tokens of the completion text, carries the gradient
+    old_logprobs: Tensor  # (B, T) log π_θold over the same tokens
+    sampler_sequence_logprobs: Tensor  # (B,) log π_gen(y): the generator's sampler log-probs summed over its
+    #                                    own tokens of the completion: the peer's claim (any finite value keeps
+    #                                    the loss finite; NaN, ±inf and values above 0 are the decoder's to refuse)
+    loss_mask: Tensor  # (B, T) bool, True on this node's completion tokens
+    rewards: Tensor  # (B,) float, recomputed by this (the receiving) node
+    group_ids: Tensor  # (B,) int64
+    off_policy: Tensor  # (B,) bool, as in LossInputs (a peer's samples always are)
+
+
+@dataclass(frozen=True)
 class LossParams:
     clip_c: float = 2.0  # C: TIS truncation of the weight exp(old - sampler); float("inf") disables it
     epsilon: float = 0.2  # ε: PPO clip range [1 - ε, 1 + ε] of the ratio

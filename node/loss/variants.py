@@ -1,4 +1,4 @@
-"""The five loss variants of the ablations, and the one table that names them.
+"""The five loss variants of the ablations per token, and the one table that names them at both granularities.
 
 Every variant computes  L = −(1/N) Σ_i (1/|a_i|) Σ_t w_t · s_t · keep_i  (docs/loss.md) and differs only in
 three choices, made explicitly in each function below:
@@ -15,7 +15,8 @@ N counts the *active* completions: those in groups with reward variance that hav
 token. Completions of zero-variance groups are skipped (not counted in N); filtered completions
 stay in N with keep_i = 0 (Â_i := 0). A micro-batch must hold whole groups, since advantages are
 computed over each group; ``metrics.num_sequences`` gives N so a trainer can re-weight
-micro-batches exactly.
+micro-batches exactly. The same holds per sequence (``sequence.py``), for groups whose generator used another
+tokenizer: a micro-batch holds groups of one granularity, and ``LOSS_VARIANTS`` gives each name both forms.
 """
 
 from collections.abc import Callable
@@ -25,16 +26,24 @@ import torch
 from torch import Tensor
 
 from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.sequence import (
+    ftis_sequence_loss,
+    fvis_sequence_loss,
+    nois_sequence_loss,
+    tis_sequence_loss,
+    vis_sequence_loss,
+)
 from ftis.node.loss.terms import (
     MAX_LOG_RATIO,
     FilterDecision,
     clipped_surrogate,
     k3_divergence,
+    loss_metrics,
     masked_mean_per_sequence,
     offpolicy_filter,
     truncated_is_weight,
 )
-from ftis.node.loss.types import LossInputs, LossMetrics, LossOutputs, LossParams
+from ftis.node.loss.types import LossInputs, LossOutputs, LossParams, SequenceLossInputs
 
 
 @dataclass(frozen=True)
@@ -104,30 +113,10 @@ def _finish(
     log_ratio = torch.where(used, batch.logprobs - ratio_base, 0.0)  # (B, T)
     per_token = weight * clipped_surrogate(log_ratio, batch.advantages[:, None], params.epsilon)
     per_sequence = masked_mean_per_sequence(per_token, used)  # (B,)
-    num_sequences = batch.active.sum()
-    loss = -per_sequence.sum() / num_sequences.clamp(min=1)
-    return LossOutputs(loss, _metrics(batch, num_sequences, reported_weight, truncated, decision),
-                       decision.by_divergence)
-
-
-def _metrics(
-    batch: _Batch, num_sequences: Tensor, weight: Tensor, truncated: Tensor, decision: FilterDecision
-) -> LossMetrics:
-    tokens = batch.mask & batch.active[:, None]  # (B, T)
-    num_tokens = tokens.sum().clamp(min=1)
-    per_sequence = num_sequences.clamp(min=1)
-    weight = weight.detach()
-    return LossMetrics(
-        num_sequences=num_sequences,
-        filtered_fraction=decision.dropped.sum() / per_sequence,
-        filtered_advantage_fraction=decision.by_advantage.sum() / per_sequence,
-        filtered_divergence_fraction=decision.by_divergence.sum() / per_sequence,
-        is_weight_mean=torch.where(tokens, weight, 0.0).sum() / num_tokens,
-        is_weight_max=torch.where(tokens, weight, 0.0).amax() if weight.numel() else weight.new_zeros(()),
-        truncated_fraction=(truncated & tokens).sum() / num_tokens,
-        divergence_mean=torch.where(batch.eligible, batch.divergence, 0.0).sum() / batch.eligible.sum().clamp(min=1),
-        zero_variance_groups=batch.zero_variance_groups,
-    )
+    loss = -per_sequence.sum() / batch.active.sum().clamp(min=1)
+    metrics = loss_metrics(batch.mask, batch.active, batch.eligible, batch.divergence, batch.zero_variance_groups,
+                           reported_weight, truncated, decision)
+    return LossOutputs(loss, metrics, decision.by_divergence)
 
 
 def nois_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
@@ -180,20 +169,34 @@ def fvis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
 
 
 LossFunction = Callable[[LossInputs, LossParams], LossOutputs]
+SequenceLossFunction = Callable[[SequenceLossInputs, LossParams], LossOutputs]
 
-LOSS_VARIANTS: dict[str, LossFunction] = {
-    "nois": nois_loss,
-    "vis": vis_loss,
-    "tis": tis_loss,
-    "ftis": ftis_loss,
-    "fvis": fvis_loss,
+
+@dataclass(frozen=True)
+class LossVariant:
+    """One variant at both granularities. Which one a group gets is not a setting but a fact about it: per
+    token when its generator shares this node's tokenizer, per sequence (``sequence.py``) when not."""
+
+    per_token: LossFunction
+    per_sequence: SequenceLossFunction
+
+
+LOSS_VARIANTS: dict[str, LossVariant] = {
+    "nois": LossVariant(nois_loss, nois_sequence_loss),
+    "vis": LossVariant(vis_loss, vis_sequence_loss),
+    "tis": LossVariant(tis_loss, tis_sequence_loss),
+    "ftis": LossVariant(ftis_loss, ftis_sequence_loss),
+    "fvis": LossVariant(fvis_loss, fvis_sequence_loss),
 }
 
 
-def compute_loss(variant: str, inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """The loss of the variant named ``variant``; a ValueError lists the names when it is unknown."""
+def compute_loss(variant: str, inputs: LossInputs | SequenceLossInputs, params: LossParams) -> LossOutputs:
+    """The loss of the variant named ``variant``, per token for ``LossInputs`` and per sequence for
+    ``SequenceLossInputs``; a ValueError lists the names when it is unknown."""
     try:
-        loss_fn = LOSS_VARIANTS[variant]
+        loss_variant = LOSS_VARIANTS[variant]
     except KeyError:
         raise ValueError(f"unknown loss variant {variant!r}; choose one of {sorted(LOSS_VARIANTS)}") from None
-    return loss_fn(inputs, params)
+    if isinstance(inputs, SequenceLossInputs):
+        return loss_variant.per_sequence(inputs, params)
+    return loss_variant.per_token(inputs, params)

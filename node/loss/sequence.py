@@ -1,0 +1,183 @@
+"""The five variants per sequence, for groups whose generator used another tokenizer (docs/loss.md).
+
+A node cannot compare its per-token log-probs with a generator whose tokens are different; what both can
+score is the completion text y. The generator sends log π_gen(y), its sampler log-probs summed over its own
+tokens; this node tokenizes y with its own tokenizer, L_i tokens, and scores them (``SequenceLossInputs``).
+With every mean over those L_i tokens of this node (L = this node's token count, docs/loss.md says why):
+
+    x̄_i = (log π_gen(y_i) − log π_θold(y_i)) / L_i             the normalised log-ratio, no gradient
+    w_i = min(exp(−x̄_i), C)                                      the truncated weight, no gradient
+    D_i = k3(x̄_i) = exp(x̄_i) − x̄_i − 1                         the divergence the filter reads
+    ρ_i = exp((log π_θ(y_i) − log π_θold(y_i)) / L_i)            the sequence ratio (GSPO's), with gradient
+    s_i = min(ρ_i Â_i, clip(ρ_i, 1 − ε, 1 + ε) Â_i)
+    ℒ   = −(1/N) Σ_i w_i · s_i · keep_i                           the loss
+
+Advantages, N, the skipped zero-variance groups, keep_i and the filter's rules ("or": drop an off-policy
+completion when Â_i ≤ 0 or D_i > g; "and": when both hold) are the per-token form's (``variants.py``).
+The choices of each variant are the per-token ones, made per sequence:
+
+| variant | ratio ρ_i, to the power 1/L_i | weight w_i                              | filter |
+|---------|-------------------------------|-----------------------------------------|--------|
+| nois    | π_θ(y) / π_θold(y)            | 1                                       | no     |
+| vis     | π_θ(y) / π_gen(y)             | 1                                       | no     |
+| tis     | π_θ(y) / π_θold(y)            | min((π_θold(y) / π_gen(y))^(1/L), C)    | no     |
+| ftis    | π_θ(y) / π_θold(y)            | min((π_θold(y) / π_gen(y))^(1/L), C)    | yes    |
+| fvis    | π_θ(y) / π_gen(y)             | 1                                       | yes    |
+
+When this node's tokens are the generator's, log π_gen(y) = Σ_t sampler_t, and the sequence form is exactly the
+per-token form run with each token's log-ratio log(π_θ/π_θold) and log-weight log(π_θold/π_gen) replaced by
+their completion's means (tests/test_loss_sequence.py checks loss, gradient, filter and metrics): the two agree
+wherever those are constant within each completion. Where they vary, w_i is the geometric mean of the token
+weights, truncated once (before truncation, at most their arithmetic mean), and D_i = k3(mean x) is at most
+the per-token mean of k3(x) (k3 is convex).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.terms import (
+    MAX_LOG_RATIO,
+    FilterDecision,
+    clipped_surrogate,
+    loss_metrics,
+    masked_mean_per_sequence,
+    offpolicy_filter,
+    truncated_is_weight,
+)
+from ftis.node.loss.types import LossOutputs, LossParams, SequenceLossInputs
+
+# The range of x̄ that k3 reads. A peer's claim is any finite number, and k3(x) overflows float32 above
+# x ≈ 88 (and a batch's sum of huge D would too): capped, D stays finite. k3(20) ≈ 4.9e8 and
+# k3(−1e4) ≈ 1e4 lie beyond any threshold g one would set, so the filter's decisions do not change.
+K3_LOG_RATIO_RANGE = (-1e4, MAX_LOG_RATIO)
+
+
+@dataclass(frozen=True)
+class _Sequences:
+    """The inputs made safe (float32, padding and empty completions selected away), one row per completion."""
+
+    logprobs: Tensor  # (B,) log π_θ(y) / L, with gradient
+    old_logprobs: Tensor  # (B,) log π_θold(y) / L
+    sampler_logprobs: Tensor  # (B,) log π_gen(y) / L
+    mask: Tensor  # (B, T) bool, this node's completion tokens
+    advantages: Tensor  # (B,)
+    active: Tensor  # (B,) bool
+    eligible: Tensor  # (B,) bool, active completions the filter applies to
+    divergence: Tensor  # (B,) D_i
+    zero_variance_groups: Tensor  # ()
+
+
+def sequence_k3_divergence(sampler_logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+    """D_i = k3(x̄_i), x̄_i = sampler_i − old_i (both per-token means, (B,)), x̄ capped to K3_LOG_RATIO_RANGE.
+
+    k3 is convex, so k3 of the mean is at most the per-token form's mean of k3 (Jensen): on one tokenizer
+    it misses the divergence that cancels within a completion, and the same g filters less.
+    """
+    x = (sampler_logprobs - old_logprobs).detach().clamp(*K3_LOG_RATIO_RANGE)  # (B,)
+    return torch.expm1(x) - x
+
+
+def _prepare(inputs: SequenceLossInputs, params: LossParams) -> _Sequences:
+    mask = inputs.loss_mask.bool()
+    lengths = mask.sum(-1)  # (B,) L_i: this node's tokens, never the peer's count
+    has_tokens = lengths > 0
+
+    def per_token_mean(values: Tensor) -> Tensor:  # padding may hold NaN/-inf: select, never multiply
+        return masked_mean_per_sequence(torch.where(mask, values.float(), 0.0), mask)
+
+    old = per_token_mean(inputs.old_logprobs.detach())
+    claimed = torch.where(has_tokens, inputs.sampler_sequence_logprobs.detach().float(), 0.0)  # (B,)
+    sampler = claimed / lengths.clamp(min=1)
+    groups = group_advantages(inputs.rewards, inputs.group_ids, params.advantage_norm)
+    active = groups.informative & has_tokens
+    return _Sequences(
+        logprobs=per_token_mean(inputs.logprobs),
+        old_logprobs=old,
+        sampler_logprobs=sampler,
+        mask=mask,
+        advantages=groups.advantages,
+        active=active,
+        eligible=active & inputs.off_policy.bool(),
+        divergence=sequence_k3_divergence(sampler, old),
+        zero_variance_groups=groups.zero_variance_groups,
+    )
+
+
+def _no_filter(sequences: _Sequences) -> FilterDecision:
+    nothing = torch.zeros_like(sequences.active)
+    return FilterDecision(nothing, nothing, nothing)
+
+
+def _filter(sequences: _Sequences, params: LossParams) -> FilterDecision:
+    return offpolicy_filter(sequences.advantages, sequences.divergence, sequences.eligible,
+                            params.divergence_threshold, params.filter_rule)
+
+
+def _finish(
+    sequences: _Sequences,
+    params: LossParams,
+    *,
+    ratio_base: Tensor,
+    weight: Tensor,
+    reported_weight: Tensor,
+    truncated: Tensor,
+    decision: FilterDecision,
+) -> LossOutputs:
+    """The shared tail: sequence surrogate, weight, keep, batch mean, metrics (weights counted per token)."""
+    keep = sequences.active & ~decision.dropped  # (B,)
+    # The surrogate caps log ρ before exp() (terms.py), so an absurd claim under vis stays finite; dropped and
+    # inactive completions are then selected away, never multiplied by 0 (inf · 0 would be NaN).
+    surrogate = weight * clipped_surrogate(sequences.logprobs - ratio_base, sequences.advantages, params.epsilon)
+    loss = -torch.where(keep, surrogate, 0.0).sum() / sequences.active.sum().clamp(min=1)
+    per_token = sequences.mask.shape
+    metrics = loss_metrics(sequences.mask, sequences.active, sequences.eligible, sequences.divergence,
+                           sequences.zero_variance_groups, reported_weight[:, None].expand(per_token),
+                           truncated[:, None].expand(per_token), decision)
+    return LossOutputs(loss, metrics, decision.by_divergence)
+
+
+def nois_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
+    """No correction (w = 1, ratio to π_θold): the text is trained on as if this node had written it."""
+    sequences = _prepare(inputs, params)
+    ones = torch.ones_like(sequences.old_logprobs)
+    return _finish(sequences, params, ratio_base=sequences.old_logprobs, weight=ones, reported_weight=ones,
+                   truncated=torch.zeros_like(sequences.active), decision=_no_filter(sequences))
+
+
+def _vis(sequences: _Sequences, params: LossParams, decision: FilterDecision) -> LossOutputs:
+    """ρ_i to π_gen(y)^(1/L), with gradient, PPO-clipped, never truncated; w = 1. The reported weight is that
+    ratio, detached, capped at exp(MAX_LOG_RATIO) as in the surrogate."""
+    log_ratio = torch.where(sequences.active, sequences.logprobs.detach() - sequences.sampler_logprobs, 0.0)
+    ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
+    return _finish(sequences, params, ratio_base=sequences.sampler_logprobs, weight=torch.ones_like(ratio),
+                   reported_weight=ratio, truncated=torch.zeros_like(sequences.active), decision=decision)
+
+
+def vis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
+    sequences = _prepare(inputs, params)
+    return _vis(sequences, params, _no_filter(sequences))
+
+
+def _tis(sequences: _Sequences, params: LossParams, decision: FilterDecision) -> LossOutputs:
+    """w_i = min(exp(−x̄_i), C), detached, times the sequence surrogate against π_θold."""
+    weight, truncated = truncated_is_weight(sequences.old_logprobs, sequences.sampler_logprobs, params.clip_c)
+    return _finish(sequences, params, ratio_base=sequences.old_logprobs, weight=weight, reported_weight=weight,
+                   truncated=truncated, decision=decision)
+
+
+def tis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
+    sequences = _prepare(inputs, params)
+    return _tis(sequences, params, _no_filter(sequences))
+
+
+def ftis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
+    sequences = _prepare(inputs, params)
+    return _tis(sequences, params, _filter(sequences, params))
+
+
+def fvis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
+    sequences = _prepare(inputs, params)
+    return _vis(sequences, params, _filter(sequences, params))
