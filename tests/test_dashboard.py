@@ -169,6 +169,7 @@ def test_the_members_keep_the_last_good_reading_and_say_why_a_read_failed(monkey
     watch.read_once()
     state = watch.state()
     assert state["members"][0]["peer_id"] == "QmPeer"
+    assert state["members"][0]["reached"] == "?"  # how it is reached, as ftis-node status says it (not said yet)
     assert state["error"] == "TimeoutError: the DHT did not answer"
 
 

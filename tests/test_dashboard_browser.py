@@ -77,6 +77,7 @@ def test_the_page_shows_the_members_the_plots_and_the_peer_scores_with_hostile_n
     assert 'data-state="shown"' in dom, dom[:2000]  # the script ran and drew what the endpoints gave
     assert re.search(rf'<tr class="member" data-peer-id="{member}">', dom)
     assert "<td>LoRA</td>" in dom and '<td class="number">7</td>' in dom  # its adapter, its policy version
+    assert re.search(r'<td class="id" title="">(\?|private|direct)</td>', dom)  # how it is reached (loopback)
     assert dom.count('<figure class="chart">') == len(CHARTS)
     lines = sum(len(chart.lines) for chart in CHARTS)
     assert dom.count('<polyline class="series"') == 2 * lines  # every line of both nodes has rounds

@@ -18,6 +18,7 @@ from typing import Any
 import hivemind
 
 from ftis.node.swarm.directory import read_members
+from ftis.node.swarm.status import reached
 from ftis.node.swarm.transport import Member
 
 MAX_MEMBERS = 500  # rows the page gets; a hostile swarm can announce any number of peers
@@ -56,7 +57,7 @@ class MembersWatch:
         with self._lock:
             members, read_at, error = self._members, self._read_at, self._error
         return {"run_id": self.run_id, "read_at": read_at, "error": error, "count": len(members),
-                "members": [asdict(member) for member in members[:MAX_MEMBERS]]}
+                "members": [{**asdict(member), "reached": reached(member)} for member in members[:MAX_MEMBERS]]}
 
     def close(self) -> None:
         self._stop.set()

@@ -79,6 +79,7 @@ function renderMembers(data) {
     cell(row, member.published_batches, "number");
     cell(row, fmt(member.published_tokens), "number");
     cell(row, ago(member.last_seen), "number");
+    cell(row, member.reached, "id").setAttribute("title", (member.relays || []).join(", "));
     return row;
   });
   body.replaceChildren(...rows);
