@@ -1,11 +1,13 @@
-"""A node behind a real NAT serves its batches through the bootstrap's relay (docs/nat.md).
+"""A node behind a real NAT reserves a slot on the bootstrap's relay and exchanges batches (docs/nat.md).
 
 Network namespaces (``benchmarks/netns.py``): the bootstrap (``ftis-node bootstrap``, offering a relay by default)
 and a public node in "public", a node in "home" behind a masquerading router, with the default
 ``reachability = "auto"``. The test shows that nothing in "public" can open a TCP connection to the home node's
 listening port (neither at its own address, unroutable from there, nor at the router's: nothing is forwarded),
 that the home node comes to advertise a ``/p2p-circuit`` address through the bootstrap, and that batches go
-both ways: the home node's reach the public node through the relay, and it receives the public node's.
+both ways: the home node's reach the public node (over whichever connection exists: the home node's DHT
+requests open one, and a fetch takes it; ``test_nat_relays.py`` shows fetches over relayed connections), and it
+receives the public node's.
 Skipped where namespaces cannot be built (not root, no iptables), unless FTIS_REQUIRE_NETNS=1 (.ci/run).
 """
 
@@ -61,6 +63,14 @@ def _start(nat: Nat, namespace: str, *args: str) -> Lines:
     return Lines(process)
 
 
+def start_bootstrap(nat: Nat, run_id: str, deadline: float, log_interval: float = 5.0) -> tuple[Lines, str]:
+    """``ftis-node bootstrap`` in "public" (a relay, by default), and the address members join it at."""
+    bootstrap = _start(nat, nat.public, "-c", "from ftis.node.cli import main; main()", "bootstrap",
+                       "--host-maddrs", f"/ip4/{PUBLIC_IP}/tcp/0", "--run-id", run_id, "--log-interval",
+                       str(log_interval))
+    return bootstrap, bootstrap.wait_for("  ftis-node join --peer", deadline).split("--peer ")[1]
+
+
 def _dial(nat: Nat, namespace: str, host: str, port: int) -> str:
     """What a plain TCP connect from ``namespace`` to ``host:port`` gives: "connected" or the error."""
     code = (f"import socket\ntry:\n socket.create_connection(({host!r}, {port}), timeout=3); print('connected')\n"
@@ -72,11 +82,8 @@ def test_a_node_behind_nat_serves_and_receives_through_the_relay():
     require_netns()
     with Nat() as nat:
         deadline = time.monotonic() + DEADLINE_S
-        bootstrap = _start(nat, nat.public, "-c", "from ftis.node.cli import main; main()", "bootstrap",
-                           "--host-maddrs", f"/ip4/{PUBLIC_IP}/tcp/0", "--run-id", RUN, "--log-interval", "5")
+        bootstrap, peer = start_bootstrap(nat, RUN, deadline)
         assert "relay: on" in bootstrap.wait_for("relay:", deadline)
-        join = bootstrap.wait_for("  ftis-node join --peer", deadline)
-        peer = join.split("--peer ")[1]
         slow = ("--interval", "0.5", "--fetch-timeout", "10", "--start-timeout", "120")  # relayed: more time
         home = _start(nat, nat.home, "-m", "helpers.swarm_peer", "--peer", peer, "--run-id", RUN, "--host", HOME_IP,
                       *slow)

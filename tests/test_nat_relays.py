@@ -18,7 +18,7 @@ import time
 
 import pytest
 from helpers.netns import PUBLIC_IP, Nat, require_netns
-from test_nat import Lines, _start
+from test_nat import Lines, _start, start_bootstrap
 
 pytestmark = [pytest.mark.hivemind, pytest.mark.netns]
 
@@ -59,9 +59,7 @@ def test_fetches_go_through_a_relay_and_move_to_another_when_it_goes():
     require_netns()
     with Nat() as nat:
         deadline = time.monotonic() + DEADLINE_S
-        relay_a = _start(nat, nat.public, "-c", "from ftis.node.cli import main; main()", "bootstrap",
-                         "--host-maddrs", f"/ip4/{PUBLIC_IP}/tcp/0", "--run-id", RUN, "--log-interval", "2")
-        a_addr = relay_a.wait_for("  ftis-node join --peer", deadline).split("--peer ")[1]
+        relay_a, a_addr = start_bootstrap(nat, RUN, deadline)
         a_id = a_addr.rsplit("/", 1)[1]
         slow = ("--run-id", RUN, "--interval", "0.5", "--fetch-timeout", "10", "--start-timeout", "120")
         relay_b = _start(nat, nat.public, "-m", "helpers.swarm_peer", "--peer", a_addr, "--host", PUBLIC_IP, *slow,
