@@ -98,6 +98,7 @@ def fetch_deadline(config: SwarmConfig, size: int) -> float:
     time at ``fetch_min_bytes_per_s``, at most ``fetch_timeout_s``. A slow peer holds a fetch slot no longer
     than its payload's size justifies."""
     return min(config.fetch_timeout_s, config.fetch_base_s + size / config.fetch_min_bytes_per_s)
+_IDENTIFY_TIMEOUT_S = 5.0  # asking p2pd for this node's addresses, before an announcement
 _LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop)
 _MIN_POLL_GAP_S = 0.05  # poll_now never makes announcement reads closer than this
 
@@ -336,8 +337,9 @@ class HivemindTransport:
         """How peers reach this node now (``own_reach``), for the announcement; a change is logged."""
         counters = await asyncio.to_thread(read_counters, self._metrics_port)
         try:
-            visible = [str(maddr) for maddr in await self._p2p.get_visible_maddrs(latest=True)]
-        except Exception as error:  # p2pd busy or restarting: what was known stays
+            maddrs = await asyncio.wait_for(self._p2p.get_visible_maddrs(latest=True), _IDENTIFY_TIMEOUT_S)
+            visible = [str(maddr) for maddr in maddrs]
+        except Exception as error:  # p2pd busy, slow or restarting: what was known stays (the announcement goes on)
             logger.debug("cannot read this node's addresses: %s: %s", type(error).__name__, error)
             return
         reach = own_reach(self._config, visible, counters)
