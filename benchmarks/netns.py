@@ -1,5 +1,5 @@
 """A real NAT on this machine: three network namespaces joined by veth pairs (docs/nat.md, DESIGN §4); built by
-``tests/test_nat.py`` (through ``tests/helpers/netns.py``, which skips where it cannot) and ``relay_fetch.py``.
+``tests/test_nat*.py`` (through ``tests/helpers/netns.py``, which skips where it cannot) and ``relay_fetch.py``.
 
     public  11.77.1.1/24 ─── 11.77.1.2/24  router  10.77.2.1/24 ─── 10.77.2.2/24  home
                                            (MASQUERADE for 10.77.2.0/24 out of its public side)
@@ -17,6 +17,13 @@ by the next one (``remove_leftovers``: namespaces whose pid is no longer alive),
 do not meet. ``cannot_build()`` says why this machine cannot build it (not root, no ``ip`` or
 ``iptables``), or ``None``: a test then skips with that reason (unless ``FTIS_REQUIRE_NETNS=1``), a
 benchmark prints it and exits nonzero.
+
+``with Miniupnpd(nat, directory) as router:`` makes the router a UPnP-IGD and NAT-PMP gateway for "home":
+Debian's ``miniupnpd`` (package ``miniupnpd-iptables``) runs in "router" with a configuration written to
+``directory``, its public side ``rtr-pub``, serving ``rtr-home``, mapping only ports 1024-65535 of hosts in
+10.77.2.0/24 to themselves (``secure_mode``). The package's init script is not used (it needs files of the
+``miniupnpd`` package, which configures a system service): the chains the daemon writes its rules into are made
+here. ``cannot_run_miniupnpd()`` says why it cannot run here, or ``None``.
 """
 
 import contextlib
@@ -26,6 +33,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 PREFIX = "ftisnat-"
 PUBLIC_IP, ROUTER_PUBLIC_IP, ROUTER_HOME_IP, HOME_IP = "11.77.1.1", "11.77.1.2", "10.77.2.1", "10.77.2.2"
@@ -161,3 +169,102 @@ class Nat:
                 process.wait(_KILL_GRACE_S)
         for name in (self.home, self.router, self.public):
             _delete(name)  # SIGKILLs what is left inside (a DHT child, a p2pd), then deletes namespace and veths
+
+
+MINIUPNPD_CONFIG = """\
+ext_ifname=rtr-pub
+listening_ip=rtr-home
+port=0
+enable_natpmp=yes
+enable_upnp=yes
+secure_mode=yes
+system_uptime=yes
+notify_interval=30
+uuid=3d3a7f1e-1b5c-4c8e-9a7b-6f1d2e3c4b5a
+allow 1024-65535 10.77.2.0/24 1024-65535
+deny 0-65535 0.0.0.0/0 0-65535
+"""
+# The chains miniupnpd-iptables adds its rules to (what the upstream iptables_init.sh makes), on the public side:
+# port forwards (nat), their filter exceptions, and the source ports of mapped connections going out.
+_MINIUPNPD_CHAINS = [
+    ("nat", "MINIUPNPD", "PREROUTING", ["-i", "rtr-pub"]),
+    ("nat", "MINIUPNPD-POSTROUTING", "POSTROUTING", ["-o", "rtr-pub"]),
+    ("mangle", "MINIUPNPD", "PREROUTING", ["-i", "rtr-pub"]),
+    ("filter", "MINIUPNPD", "FORWARD", ["-i", "rtr-pub", "!", "-o", "rtr-pub"]),
+]
+
+
+def _legacy_iptables() -> str | None:
+    """The iptables command that writes the tables miniupnpd-iptables reads (libiptc: the legacy ones, not nftables'
+    iptables, Debian's default)."""
+    if shutil.which("iptables-legacy"):
+        return "iptables-legacy"
+    if shutil.which("iptables") and "legacy" in subprocess.run(["iptables", "--version"], capture_output=True,
+                                                                 text=True, timeout=_COMMAND_TIMEOUT_S).stdout:
+        return "iptables"
+    return None
+
+
+def cannot_run_miniupnpd() -> str | None:
+    """Why ``Miniupnpd`` cannot run here (no ``miniupnpd`` built for iptables, no legacy iptables), or ``None``."""
+    if shutil.which("miniupnpd") is None:
+        return "no `miniupnpd` on PATH (Debian: apt-get install miniupnpd-iptables)"
+    version = subprocess.run(["miniupnpd", "--version"], capture_output=True, text=True, timeout=_COMMAND_TIMEOUT_S)
+    if "iptables" not in version.stdout + version.stderr:
+        return "`miniupnpd` is not the iptables build (Debian: apt-get install miniupnpd-iptables)"
+    if _legacy_iptables() is None:
+        return "no `iptables-legacy` on PATH (Debian: apt-get install iptables)"
+    return None
+
+
+class Miniupnpd:
+    """miniupnpd in ``nat``'s router, its output in ``directory/miniupnpd.log``; stopped on exit (and, being started
+    with ``nat.popen``, killed at the topology's teardown whatever happens)."""
+
+    def __init__(self, nat: Nat, directory: Path) -> None:
+        self.nat, self.directory = nat, Path(directory)
+        self.log_path = self.directory / "miniupnpd.log"
+        self._iptables = _legacy_iptables() or "iptables-legacy"
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Miniupnpd":
+        for table, chain, hook, match in _MINIUPNPD_CHAINS:
+            self.nat.run(self.nat.router, self._iptables, "-t", table, "-N", chain)
+            self.nat.run(self.nat.router, self._iptables, "-t", table, "-I", hook, *match, "-j", chain)
+        config = self.directory / "miniupnpd.conf"
+        config.write_text(MINIUPNPD_CONFIG)
+        with open(self.log_path, "wb") as log:  # -d: in the foreground, logging to stderr
+            self._process = self.nat.popen(self.nat.router, ["miniupnpd", "-d", "-f", str(config), "-P",
+                                                             str(self.directory / "miniupnpd.pid")],
+                                           stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + _COMMAND_TIMEOUT_S
+        while "Listening for NAT-PMP" not in self.log() or "HTTP listening" not in self.log():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"miniupnpd did not start:\n{self.log()[-2000:]}")
+            time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(_KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(_KILL_GRACE_S)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def forwards(self) -> dict[int, int]:
+        """The router's port forwards now, ``{public TCP port: packets that took it}`` (the first packet of each
+        connection goes through the nat table)."""
+        table = self.nat.run(self.nat.router, self._iptables, "-t", "nat", "-L", "MINIUPNPD", "-n", "-v", "-x").stdout
+        forwards = {}
+        for line in table.splitlines():
+            fields = line.split()
+            dport = [f for f in fields if f.startswith("dpt:")]
+            if "DNAT" in fields and dport and fields[0].isdigit():
+                forwards[int(dport[0][4:])] = int(fields[0])
+        return forwards
