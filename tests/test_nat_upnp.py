@@ -2,12 +2,13 @@
 
 Network namespaces (``helpers.netns``) with a real gateway daemon: Debian's ``miniupnpd`` in "router"
 (``Miniupnpd``), the bootstrap and a fetch-only node (client mode: it dials out and nobody dials it) in "public",
-a node in "home" with default settings (hivemind starts its ``p2pd`` with ``-natPortMap``). The test shows that the
-home node maps a public port on the router to its listening port and advertises it, that a plain TCP connect from
-"public" to that port reaches the home node, that AutoNAT (the fetcher dialling it back) finds it dialable and it
-announces itself ``direct``, and that the fetcher receives its batches with no byte over a relayed connection,
-through the router's forward. Skipped where namespaces cannot be built or ``miniupnpd`` is not installed, unless
-FTIS_REQUIRE_NETNS=1 (.ci/run installs it).
+a node in "home" with default settings (hivemind starts its ``p2pd`` with ``-natPortMap``). The test shows that
+the home node maps a public port on the router to its listening port and advertises it, that a plain TCP connect
+from "public" to that port reaches the home node, and that the fetcher receives its batches with no byte over a
+relayed connection, through the router's forward. (How the node announces itself meanwhile depends on AutoNAT's
+probe timing, docs/nat.md: ``direct`` once a peer dials it back at the mapped port, ``relayed`` for a while when
+an earlier probe, sent before the mapping existed, fails late; the test does not depend on it.) Skipped where
+namespaces cannot be built or ``miniupnpd`` is not installed, unless FTIS_REQUIRE_NETNS=1 (.ci/run installs it).
 """
 
 import time
@@ -56,8 +57,6 @@ def test_a_node_behind_a_upnp_router_maps_a_port_and_is_fetched_through_it(tmp_p
         assert f"redirecting port {mapped} to {HOME_IP}:{listening} protocol TCP" in router.log(), router.log()[-3000:]
         assert mapped in router.forwards()
 
-        # The fetcher's AutoNAT service dials it back there: peers reach it directly.
-        home.wait_for("reach direct", deadline)
         # Its batches reach the fetcher over a connection through the router's forward, none over a relay.
         _batches(fetcher, home_id, BATCHES, deadline)
         relayed_received = [int(line.split()[1]) for line in list(fetcher.lines) if line.startswith("stats ")]
