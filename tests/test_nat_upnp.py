@@ -15,7 +15,7 @@ import time
 
 import pytest
 from helpers.netns import HOME_IP, PUBLIC_IP, ROUTER_PUBLIC_IP, Miniupnpd, Nat, require_miniupnpd, require_netns
-from test_nat import Lines, _dial, _start
+from test_nat import Lines, _dial, _start, start_bootstrap
 
 pytestmark = [pytest.mark.hivemind, pytest.mark.netns]
 
@@ -40,9 +40,7 @@ def test_a_node_behind_a_upnp_router_maps_a_port_and_is_fetched_through_it(tmp_p
     require_miniupnpd()
     with Nat() as nat, Miniupnpd(nat, tmp_path) as router:
         deadline = time.monotonic() + DEADLINE_S
-        bootstrap = _start(nat, nat.public, "-c", "from ftis.node.cli import main; main()", "bootstrap",
-                           "--host-maddrs", f"/ip4/{PUBLIC_IP}/tcp/0", "--run-id", RUN, "--log-interval", "5")
-        peer = bootstrap.wait_for("  ftis-node join --peer", deadline).split("--peer ")[1]
+        _, peer = start_bootstrap(nat, RUN, deadline)
         slow = ("--run-id", RUN, "--interval", "0.5", "--fetch-timeout", "10", "--start-timeout", "60")
         # Up before the home node, as a member already in the swarm would be.
         fetcher = _start(nat, nat.public, "-m", "helpers.swarm_peer", "--peer", peer, "--host", PUBLIC_IP, *slow,
