@@ -88,6 +88,8 @@ logger = logging.getLogger(__name__)
 
 _HEADER = 8  # bytes of a round, an offset or a length on the stream
 _READ_SIZE = 1 << 20  # a fetch reads the payload in pieces of at most this many bytes
+_EMPTY_STREAMS = 3  # streams in a row that bring nothing, once some bytes arrived, before a fetch attempt fails
+_EMPTY_STREAM_PAUSE_S = 0.2  # ...after the n-th of them, n times this
 _REQUEST_TIMEOUT_S = 5.0  # a client that does not send its request in time is dropped
 _SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
 _WRITE_SLICE = 64 * 1024  # a served payload goes out in slices of this many bytes, each awaited
@@ -450,35 +452,56 @@ class HivemindTransport:
 
     async def _download(self, peer_id: str, descriptor: BatchDescriptor) -> tuple[bytes, bool]:
         """The payload, and whether any of it came over a relayed connection: one stream, or more when one ends
-        early after delivering some of it (see the module's docstring); the caller's deadline bounds them all."""
-        data, length, relayed = bytearray(), -1, False
+        early after delivering some of it (see the module's docstring); the caller's deadline bounds them all.
+        A stream that brings nothing, after some bytes arrived or over a relayed connection (one the relay has
+        just reset), is tried again after a short pause, up to ``_EMPTY_STREAMS`` in a row."""
+        data, length, empty = bytearray(), -1, 0
+        via: list[bool] = []  # whether each stream opened ran over a relayed connection
         while len(data) != length:
-            await self._dial_circuits(peer_id)
-            info, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id),
-                                                                              self._handler)
-            relayed = relayed or _relayed(info)
+            before = len(data)
             try:
-                writer.write(descriptor.round.to_bytes(_HEADER, "big") + len(data).to_bytes(_HEADER, "big"))
-                await writer.drain()
-                answer = int.from_bytes(await reader.readexactly(_HEADER), "big")
-                if answer == 0:
-                    raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
-                if answer > descriptor.bytes or answer > MAX_PAYLOAD_BYTES:  # before reading a byte of it
-                    raise Rejected(TOO_LARGE, f"the peer sends {answer} bytes, {descriptor.bytes} announced")
-                if length not in (-1, answer):
-                    raise Rejected(NOT_AS_ANNOUNCED, f"the peer said {length} bytes, then {answer}")
-                length, before = answer, len(data)
-                with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                    while len(data) < length:
-                        piece = await reader.read(min(_READ_SIZE, length - len(data)))
-                        if not piece:
-                            break
-                        data += piece
-                if len(data) == before and len(data) < length:
+                length = await self._download_piece(peer_id, descriptor, data, length, via)
+            except Rejected:
+                raise
+            except Exception:  # a stream cut or refused (p2pd's errors are of several types): after some bytes or
+                if not data and not any(via):  # over a relay, try again below; else the attempt fails
+                    raise
+            if len(data) > before:
+                empty = 0
+            elif len(data) < length or length == -1:
+                empty += 1
+                if (not data and not any(via)) or empty > _EMPTY_STREAMS:
                     raise ConnectionError(f"the stream ended after {len(data)} of {length} bytes")
-            finally:
-                writer.close()
-        return bytes(data), relayed
+                await asyncio.sleep(_EMPTY_STREAM_PAUSE_S * empty)
+        return bytes(data), any(via)
+
+    async def _download_piece(self, peer_id: str, descriptor: BatchDescriptor, data: bytearray, length: int,
+                              via: list[bool]) -> int:
+        """One stream: asks for the payload from ``len(data)`` on and appends what arrives to ``data``; returns
+        the payload's length (checked against the announcement and against ``length``, what an earlier stream
+        said; -1 for none). Appends to ``via`` whether the stream runs over a relayed connection."""
+        await self._dial_circuits(peer_id)
+        info, reader, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), self._handler)
+        via.append(_relayed(info))
+        try:
+            writer.write(descriptor.round.to_bytes(_HEADER, "big") + len(data).to_bytes(_HEADER, "big"))
+            await writer.drain()
+            answer = int.from_bytes(await reader.readexactly(_HEADER), "big")
+            if answer == 0:
+                raise Rejected(FETCH_FAILED, "the peer no longer serves this batch")
+            if answer > descriptor.bytes or answer > MAX_PAYLOAD_BYTES:  # before reading a byte of it
+                raise Rejected(TOO_LARGE, f"the peer sends {answer} bytes, {descriptor.bytes} announced")
+            if length not in (-1, answer):
+                raise Rejected(NOT_AS_ANNOUNCED, f"the peer said {length} bytes, then {answer}")
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while len(data) < answer:
+                    piece = await reader.read(min(_READ_SIZE, answer - len(data)))
+                    if not piece:
+                        break
+                    data += piece
+            return answer
+        finally:
+            writer.close()
 
     async def _serve(self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One fetch of one of our payloads, if a serving slot is free to the asker (``max_concurrent_serves``
