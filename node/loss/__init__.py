@@ -6,9 +6,10 @@ Files:
 - ``advantages.py``  vertical group advantages (std or mean-only) and zero-variance groups.
 - ``terms.py``       the building blocks: masked means, the detached truncated IS weight, the k3
                      divergence per completion, the filter (rules "or" and "and"), the clipped surrogate, the metrics.
-- ``variants.py``    ``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` per token, and the one table that names each
-                     variant's two forms, per token and per sequence.
-- ``sequence.py``    the same five per sequence, for groups whose generator used another tokenizer: one
+- ``choices.py``     what makes each of ``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` (ratio, weight, filter),
+                     written once and made at a granularity from its ``prepare`` and ``finish``.
+- ``variants.py``    the per-token granularity, and the one table that names each variant's two forms.
+- ``sequence.py``    the per-sequence granularity, for groups whose generator used another tokenizer: one
                      length-normalised, truncated weight per completion, and the filter on the same log-ratio.
 
 Nothing here reads a config object, logs, calls ``.item()`` or does I/O: tensors and floats in,

@@ -32,20 +32,20 @@ weights, truncated once (before truncation, at most their arithmetic mean), and 
 the per-token mean of k3(x) (k3 is convex).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.choices import variants
 from ftis.node.loss.terms import (
     MAX_LOG_RATIO,
     FilterDecision,
     clipped_surrogate,
     loss_metrics,
     masked_mean_per_sequence,
-    offpolicy_filter,
-    truncated_is_weight,
 )
 from ftis.node.loss.types import LossOutputs, LossParams, SequenceLossInputs
 
@@ -68,6 +68,10 @@ class _Sequences:
     eligible: Tensor  # (B,) bool, active completions the filter applies to
     divergence: Tensor  # (B,) D_i
     zero_variance_groups: Tensor  # ()
+
+    @property
+    def positions(self) -> Tensor:  # where a log-ratio exists: the completions with a token to score
+        return self.active
 
 
 def sequence_k3_divergence(sampler_logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
@@ -106,16 +110,6 @@ def _prepare(inputs: SequenceLossInputs, params: LossParams) -> _Sequences:
     )
 
 
-def _no_filter(sequences: _Sequences) -> FilterDecision:
-    nothing = torch.zeros_like(sequences.active)
-    return FilterDecision(nothing, nothing, nothing)
-
-
-def _filter(sequences: _Sequences, params: LossParams) -> FilterDecision:
-    return offpolicy_filter(sequences.advantages, sequences.divergence, sequences.eligible,
-                            params.divergence_threshold, params.filter_rule)
-
-
 def _finish(
     sequences: _Sequences,
     params: LossParams,
@@ -139,45 +133,4 @@ def _finish(
     return LossOutputs(loss, metrics, decision.by_divergence)
 
 
-def nois_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
-    """No correction (w = 1, ratio to π_θold): the text is trained on as if this node had written it."""
-    sequences = _prepare(inputs, params)
-    ones = torch.ones_like(sequences.old_logprobs)
-    return _finish(sequences, params, ratio_base=sequences.old_logprobs, weight=ones, reported_weight=ones,
-                   truncated=torch.zeros_like(sequences.active), decision=_no_filter(sequences))
-
-
-def _vis(sequences: _Sequences, params: LossParams, decision: FilterDecision) -> LossOutputs:
-    """ρ_i to π_gen(y)^(1/L), with gradient, PPO-clipped, never truncated; w = 1. The reported weight is that
-    ratio, detached, capped at exp(MAX_LOG_RATIO) as in the surrogate."""
-    log_ratio = torch.where(sequences.active, sequences.logprobs.detach() - sequences.sampler_logprobs, 0.0)
-    ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    return _finish(sequences, params, ratio_base=sequences.sampler_logprobs, weight=torch.ones_like(ratio),
-                   reported_weight=ratio, truncated=torch.zeros_like(sequences.active), decision=decision)
-
-
-def vis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
-    sequences = _prepare(inputs, params)
-    return _vis(sequences, params, _no_filter(sequences))
-
-
-def _tis(sequences: _Sequences, params: LossParams, decision: FilterDecision) -> LossOutputs:
-    """w_i = min(exp(−x̄_i), C), detached, times the sequence surrogate against π_θold."""
-    weight, truncated = truncated_is_weight(sequences.old_logprobs, sequences.sampler_logprobs, params.clip_c)
-    return _finish(sequences, params, ratio_base=sequences.old_logprobs, weight=weight, reported_weight=weight,
-                   truncated=truncated, decision=decision)
-
-
-def tis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
-    sequences = _prepare(inputs, params)
-    return _tis(sequences, params, _no_filter(sequences))
-
-
-def ftis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
-    sequences = _prepare(inputs, params)
-    return _tis(sequences, params, _filter(sequences, params))
-
-
-def fvis_sequence_loss(inputs: SequenceLossInputs, params: LossParams) -> LossOutputs:
-    sequences = _prepare(inputs, params)
-    return _vis(sequences, params, _filter(sequences, params))
+SEQUENCE_VARIANTS: dict[str, Callable[[SequenceLossInputs, LossParams], LossOutputs]] = variants(_prepare, _finish)

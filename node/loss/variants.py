@@ -1,7 +1,7 @@
 """The five loss variants of the ablations per token, and the one table that names them at both granularities.
 
 Every variant computes  L = −(1/N) Σ_i (1/|a_i|) Σ_t w_t · s_t · keep_i  (docs/loss.md) and differs only in
-three choices, made explicitly in each function below:
+three choices (made once for both granularities in ``choices.py``):
 
 | variant | ratio R_t in s_t      | weight w_t                     | filter |
 |---------|-----------------------|--------------------------------|--------|
@@ -26,22 +26,14 @@ import torch
 from torch import Tensor
 
 from ftis.node.loss.advantages import group_advantages
-from ftis.node.loss.sequence import (
-    ftis_sequence_loss,
-    fvis_sequence_loss,
-    nois_sequence_loss,
-    tis_sequence_loss,
-    vis_sequence_loss,
-)
+from ftis.node.loss.choices import variants
+from ftis.node.loss.sequence import SEQUENCE_VARIANTS
 from ftis.node.loss.terms import (
-    MAX_LOG_RATIO,
     FilterDecision,
     clipped_surrogate,
     k3_divergence,
     loss_metrics,
     masked_mean_per_sequence,
-    offpolicy_filter,
-    truncated_is_weight,
 )
 from ftis.node.loss.types import LossInputs, LossOutputs, LossParams, SequenceLossInputs
 
@@ -59,6 +51,10 @@ class _Batch:
     eligible: Tensor  # (B,) bool, active completions the filter applies to
     divergence: Tensor  # (B,) D_i
     zero_variance_groups: Tensor  # ()
+
+    @property
+    def positions(self) -> Tensor:  # where a log-ratio exists: the completion tokens
+        return self.mask
 
 
 def _prepare(inputs: LossInputs, params: LossParams) -> _Batch:
@@ -81,17 +77,6 @@ def _prepare(inputs: LossInputs, params: LossParams) -> _Batch:
         eligible=active & inputs.off_policy.bool(),
         divergence=k3_divergence(sampler, old, mask),
         zero_variance_groups=groups.zero_variance_groups,
-    )
-
-
-def _no_filter(batch: _Batch) -> FilterDecision:
-    nothing = torch.zeros_like(batch.active)
-    return FilterDecision(nothing, nothing, nothing)
-
-
-def _filter(batch: _Batch, params: LossParams) -> FilterDecision:
-    return offpolicy_filter(
-        batch.advantages, batch.divergence, batch.eligible, params.divergence_threshold, params.filter_rule
     )
 
 
@@ -119,55 +104,6 @@ def _finish(
     return LossOutputs(loss, metrics, decision.by_divergence)
 
 
-def nois_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """No correction: every sample is treated as on-policy (w = 1, ratio to π_θold)."""
-    batch = _prepare(inputs, params)
-    ones = torch.ones_like(batch.old_logprobs)
-    never = torch.zeros_like(batch.mask)
-    return _finish(batch, params, ratio_base=batch.old_logprobs, weight=ones, reported_weight=ones,
-                   truncated=never, decision=_no_filter(batch))
-
-
-def _vis(batch: _Batch, params: LossParams, decision: FilterDecision) -> LossOutputs:
-    """The ratio is taken to π_gen (with gradient), PPO-clipped, never truncated; w = 1. The reported
-    IS weight is that ratio, π_θ / π_gen, detached (at most exp(MAX_LOG_RATIO), as in the surrogate)."""
-    log_ratio = torch.where(batch.mask, batch.logprobs.detach() - batch.sampler_logprobs, 0.0)
-    ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    return _finish(batch, params, ratio_base=batch.sampler_logprobs, weight=torch.ones_like(ratio),
-                   reported_weight=ratio, truncated=torch.zeros_like(batch.mask), decision=decision)
-
-
-def vis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """Vanilla IS: the PPO ratio to the generator's policy instead of π_θold, no truncation."""
-    batch = _prepare(inputs, params)
-    return _vis(batch, params, _no_filter(batch))
-
-
-def _tis(batch: _Batch, params: LossParams, decision: FilterDecision) -> LossOutputs:
-    """w = min(π_θold / π_gen, C), detached, times the PPO surrogate against π_θold."""
-    weight, truncated = truncated_is_weight(batch.old_logprobs, batch.sampler_logprobs, params.clip_c)
-    return _finish(batch, params, ratio_base=batch.old_logprobs, weight=weight, reported_weight=weight,
-                   truncated=truncated, decision=decision)
-
-
-def tis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """Truncated IS, applied to every completion, without the filter."""
-    batch = _prepare(inputs, params)
-    return _tis(batch, params, _no_filter(batch))
-
-
-def ftis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """F-TIS: TIS plus the filter on off-policy completions (the default)."""
-    batch = _prepare(inputs, params)
-    return _tis(batch, params, _filter(batch, params))
-
-
-def fvis_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """VIS plus the filter on off-policy completions."""
-    batch = _prepare(inputs, params)
-    return _vis(batch, params, _filter(batch, params))
-
-
 LossFunction = Callable[[LossInputs, LossParams], LossOutputs]
 SequenceLossFunction = Callable[[SequenceLossInputs, LossParams], LossOutputs]
 
@@ -181,12 +117,9 @@ class LossVariant:
     per_sequence: SequenceLossFunction
 
 
+TOKEN_VARIANTS: dict[str, LossFunction] = variants(_prepare, _finish)
 LOSS_VARIANTS: dict[str, LossVariant] = {
-    "nois": LossVariant(nois_loss, nois_sequence_loss),
-    "vis": LossVariant(vis_loss, vis_sequence_loss),
-    "tis": LossVariant(tis_loss, tis_sequence_loss),
-    "ftis": LossVariant(ftis_loss, ftis_sequence_loss),
-    "fvis": LossVariant(fvis_loss, fvis_sequence_loss),
+    name: LossVariant(TOKEN_VARIANTS[name], SEQUENCE_VARIANTS[name]) for name in TOKEN_VARIANTS
 }
 
 
