@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from helpers.loss_cases import PARAMS, gradient
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, compute_loss
 from ftis.node.loss.terms import MAX_LOG_RATIO
@@ -201,19 +202,6 @@ def random_batch(seed: int, groups: int = 3, group_size: int = 4, T: int = 6) ->
 
 BATCHES = {"hand": hand_batch, "random0": lambda: random_batch(0), "random1": lambda: random_batch(1),
            "random2": lambda: random_batch(2, groups=4, group_size=3, T=5)}
-PARAMS = {
-    f"{rule}-{norm}": LossParams(clip_c=2.0, epsilon=0.2, divergence_threshold=1.0, filter_rule=rule,
-                                 advantage_norm=norm)
-    for rule in ("or", "and")
-    for norm in ("std", "mean_only")
-}
-
-
-def _gradient(loss: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-    if not loss.requires_grad:  # every token clipped or dropped: nothing depends on logprobs
-        return torch.zeros_like(logprobs)
-    (grad,) = torch.autograd.grad(loss, logprobs, allow_unused=True)
-    return torch.zeros_like(logprobs) if grad is None else grad
 
 
 @pytest.mark.parametrize("params_name", PARAMS)
@@ -222,10 +210,10 @@ def _gradient(loss: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
 def test_matches_naive_loop(variant: str, batch_name: str, params_name: str) -> None:
     inputs, params = BATCHES[batch_name](), PARAMS[params_name]
     expected = naive_loss(variant, inputs, params)
-    expected_grad = _gradient(expected.loss, inputs.logprobs)
+    expected_grad = gradient(expected.loss, inputs.logprobs)
 
     out = compute_loss(variant, inputs, params)
-    grad = _gradient(out.loss, inputs.logprobs)
+    grad = gradient(out.loss, inputs.logprobs)
 
     assert out.loss.dtype == torch.float32 and out.loss.shape == ()
     torch.testing.assert_close(out.loss.double(), expected.loss.detach(), rtol=1e-5, atol=1e-6)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from helpers.loss_cases import PARAMS, gradient
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, SequenceLossInputs, compute_loss
 from ftis.node.loss.terms import MAX_LOG_RATIO
@@ -193,19 +194,6 @@ def random_batch(seed: int, groups: int = 3, group_size: int = 4, T: int = 6) ->
 
 BATCHES = {"hand": hand_batch, "random0": lambda: random_batch(0), "random1": lambda: random_batch(1),
            "random2": lambda: random_batch(2, groups=4, group_size=3, T=5)}
-PARAMS = {
-    f"{rule}-{norm}": LossParams(clip_c=2.0, epsilon=0.2, divergence_threshold=1.0, filter_rule=rule,
-                                 advantage_norm=norm)
-    for rule in ("or", "and")
-    for norm in ("std", "mean_only")
-}
-
-
-def _gradient(loss: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-    if not loss.requires_grad:  # every completion clipped or dropped: nothing depends on logprobs
-        return torch.zeros_like(logprobs)
-    (grad,) = torch.autograd.grad(loss, logprobs, allow_unused=True)
-    return torch.zeros_like(logprobs) if grad is None else grad
 
 
 def _metrics(out) -> dict[str, float]:
@@ -218,10 +206,10 @@ def _metrics(out) -> dict[str, float]:
 def test_matches_naive_loop(variant: str, batch_name: str, params_name: str) -> None:
     inputs, params = BATCHES[batch_name](), PARAMS[params_name]
     expected = naive_sequence_loss(variant, inputs, params)
-    expected_grad = _gradient(expected.loss, inputs.logprobs)
+    expected_grad = gradient(expected.loss, inputs.logprobs)
 
     out = compute_loss(variant, inputs, params)
-    grad = _gradient(out.loss, inputs.logprobs)
+    grad = gradient(out.loss, inputs.logprobs)
 
     assert out.loss.dtype == torch.float32 and out.loss.shape == ()
     torch.testing.assert_close(out.loss.double(), expected.loss.detach(), rtol=1e-5, atol=1e-6)
@@ -304,7 +292,7 @@ def test_one_tokenizer_reduces_to_the_per_token_form_of_completion_means(variant
     per_token = compute_loss(variant, averaged, params)
 
     torch.testing.assert_close(sequence.loss, per_token.loss, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(_gradient(sequence.loss, same.logprobs), _gradient(per_token.loss, averaged.logprobs),
+    torch.testing.assert_close(gradient(sequence.loss, same.logprobs), gradient(per_token.loss, averaged.logprobs),
                                rtol=1e-5, atol=1e-6)
     assert torch.equal(sequence.divergence_filtered, per_token.divergence_filtered)
     assert _metrics(sequence) == pytest.approx(_metrics(per_token), rel=1e-5, abs=1e-6)
@@ -369,7 +357,7 @@ def test_gradient_matches_central_differences(variant: str) -> None:
     inputs = random_batch(3, groups=2, group_size=3, T=4)
     params = LossParams(divergence_threshold=1.0)
     out = compute_loss(variant, inputs, params)
-    grad = _gradient(out.loss, inputs.logprobs)
+    grad = gradient(out.loss, inputs.logprobs)
     assert grad.abs().sum() > 0
     h = 1e-2
     for i, t in inputs.loss_mask.nonzero().tolist():
@@ -420,14 +408,14 @@ def test_completion_without_tokens_is_not_counted_but_its_reward_is() -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_batch_without_tokens_gives_zero_loss_and_zero_gradient(variant: str) -> None:
+def test_batch_without_tokens_gives_zero_loss_and_zerogradient(variant: str) -> None:
     nan = torch.full((3, 4), torch.nan)
     inputs = SequenceLossInputs(nan.clone().requires_grad_(), nan, torch.full((3,), torch.nan),
                                 torch.zeros(3, 4, dtype=torch.bool), torch.tensor([1.0, 0.0, 0.5]),
                                 torch.zeros(3, dtype=torch.int64), torch.tensor([True, True, False]))
     out = compute_loss(variant, inputs, LossParams())
     assert float(out.loss.detach()) == 0.0
-    assert torch.equal(_gradient(out.loss, inputs.logprobs), torch.zeros(3, 4))
+    assert torch.equal(gradient(out.loss, inputs.logprobs), torch.zeros(3, 4))
     assert all(value == 0.0 for value in _metrics(out).values())
 
 
@@ -439,7 +427,7 @@ def test_equal_rewards_teach_nothing(variant: str) -> None:
                                 torch.tensor([0, 0, 0, 1, 1]), torch.ones(5, dtype=torch.bool))
     out = compute_loss(variant, inputs, LossParams())
     assert float(out.loss.detach()) == 0.0
-    assert torch.equal(_gradient(out.loss, inputs.logprobs), torch.zeros(5, 2))
+    assert torch.equal(gradient(out.loss, inputs.logprobs), torch.zeros(5, 2))
     assert _metrics(out) == {name: 2.0 if name == "zero_variance_groups" else 0.0 for name in METRIC_NAMES}
 
 
@@ -454,7 +442,7 @@ def test_all_filtered_gives_zero_loss_but_counts_them(variant: str, rule: str) -
                                 torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.int64),
                                 torch.ones(4, dtype=torch.bool))
     out = compute_loss(variant, inputs, LossParams(divergence_threshold=1.0, filter_rule=rule))
-    grad = _gradient(out.loss, inputs.logprobs)
+    grad = gradient(out.loss, inputs.logprobs)
     assert float(out.metrics.num_sequences) == 4
     assert float(out.metrics.filtered_divergence_fraction) == (1.0 if rule == "or" else 0.5)
     assert out.divergence_filtered.tolist() == ([True] * 4 if rule == "or" else [False, False, True, True])
@@ -488,7 +476,7 @@ def test_a_lying_peer_stays_finite_and_bounded(variant: str, rule: str, claim: f
     it) leaves the loss, the gradient and every metric finite, and the truncated weight at most C."""
     inputs = _liar_batch(claim)
     out = compute_loss(variant, inputs, LossParams(filter_rule=rule))
-    grad = _gradient(out.loss, inputs.logprobs)
+    grad = gradient(out.loss, inputs.logprobs)
     assert torch.isfinite(out.loss) and torch.isfinite(grad).all()
     assert all(math.isfinite(value) for value in _metrics(out).values())
     if variant in ("tis", "ftis"):
@@ -503,11 +491,11 @@ def test_an_absurd_claim_is_filtered_or_bounded_by_c(claim: float) -> None:
     dropped = compute_loss("ftis", _liar_batch(claim), LossParams(filter_rule="or"))
     inputs = _liar_batch(claim)
     kept = compute_loss("ftis", inputs, LossParams(filter_rule="and"))
-    grad = _gradient(kept.loss, inputs.logprobs)
+    grad = gradient(kept.loss, inputs.logprobs)
     assert bool(dropped.divergence_filtered[0]) and not bool(kept.divergence_filtered[0])
 
     own = _liar_batch(float(inputs.old_logprobs[0].sum()))  # the claim an on-policy sample makes: w = 1
-    own_grad = _gradient(compute_loss("ftis", own, LossParams(filter_rule="and")).loss, own.logprobs)
+    own_grad = gradient(compute_loss("ftis", own, LossParams(filter_rule="and")).loss, own.logprobs)
     expected_weight = 2.0 if claim < 0 else 0.0  # 1e9: it claims a text likelier than certain, and weighs 0
     torch.testing.assert_close(grad[0], expected_weight * own_grad[0], rtol=1e-5, atol=1e-12)
 
@@ -522,13 +510,13 @@ def test_the_best_lie_buys_weight_c_undetected() -> None:
     assert not bool(out.divergence_filtered[0])  # kept: only row 2 (a peer's, Â < 0) is dropped
     assert float(out.metrics.filtered_fraction) == pytest.approx(1 / 4)
 
-    def row_zero_gradient(claim: float) -> torch.Tensor:
+    def row_zerogradient(claim: float) -> torch.Tensor:
         inputs = _liar_batch(claim)
-        return _gradient(compute_loss("tis", inputs, LossParams()).loss, inputs.logprobs)[0]
+        return gradient(compute_loss("tis", inputs, LossParams()).loss, inputs.logprobs)[0]
 
-    honest = row_zero_gradient(-3.0)  # the claim of an on-policy sample: w = 1
-    torch.testing.assert_close(row_zero_gradient(-3.0 - 3 * math.log(2.0)), 2.0 * honest)
-    torch.testing.assert_close(row_zero_gradient(0.0), math.exp(-1.0) * honest)
+    honest = row_zerogradient(-3.0)  # the claim of an on-policy sample: w = 1
+    torch.testing.assert_close(row_zerogradient(-3.0 - 3 * math.log(2.0)), 2.0 * honest)
+    torch.testing.assert_close(row_zerogradient(0.0), math.exp(-1.0) * honest)
 
 
 # --- The table --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 - ``metrics_fakes.py``     hand-built step reports for the metrics and display tests; a node folder made of them
 - ``experiment_grids.py``  the ``[quick]`` section the test grids share
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
+- ``loss_cases.py``        the loss tests' grid of settings and their gradient helper
 - ``vllm_stand_in.py``     a CPU stand-in for the part of vLLM the vLLM backend uses
 - ``real_vllm.py``         the vLLM backend against the real vLLM where this machine has it
 - ``netns.py``             ``require_netns``: skips a test where the NAT of ``benchmarks/netns.py`` cannot be built
