@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from helpers.loss_cases import PARAMS, gradient
+from helpers.loss_cases import PARAMS, assert_matches, gradient
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, SequenceLossInputs, compute_loss
 from ftis.node.loss.terms import MAX_LOG_RATIO
@@ -205,18 +205,7 @@ def _metrics(out) -> dict[str, float]:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_matches_naive_loop(variant: str, batch_name: str, params_name: str) -> None:
     inputs, params = BATCHES[batch_name](), PARAMS[params_name]
-    expected = naive_sequence_loss(variant, inputs, params)
-    expected_grad = gradient(expected.loss, inputs.logprobs)
-
-    out = compute_loss(variant, inputs, params)
-    grad = gradient(out.loss, inputs.logprobs)
-
-    assert out.loss.dtype == torch.float32 and out.loss.shape == ()
-    torch.testing.assert_close(out.loss.double(), expected.loss.detach(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(grad, expected_grad.float(), rtol=1e-5, atol=1e-6)
-    assert torch.isfinite(grad).all()
-    for name, value in expected.metrics.items():
-        assert float(getattr(out.metrics, name)) == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    assert_matches(compute_loss(variant, inputs, params), naive_sequence_loss(variant, inputs, params), inputs.logprobs)
 
 
 def test_batches_exercise_every_branch() -> None:
