@@ -70,6 +70,9 @@ class Completion:
     sampler_logprobs: np.ndarray  # (n,) float32, ≤ 0
     reward: float  # the generator's reward: advisory, the receiver recomputes it
     finish_reason: str  # "stop" or "length"
+    # v3: the completion as text, decoded by the generator's tokenizer without special tokens (what a peer with
+    # another tokenizer tokenizes itself); None where the batch carries no texts (v1, v2, or not sent).
+    text: str | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Completion):
@@ -79,6 +82,7 @@ class Completion:
             and _arrays_equal(self.sampler_logprobs, other.sampler_logprobs)
             and self.reward == other.reward
             and self.finish_reason == other.finish_reason
+            and self.text == other.text
         )
 
     @property
@@ -97,6 +101,7 @@ class CompletionColumns:
     lengths: np.ndarray  # (G,) int64, sum = total
     rewards: np.ndarray  # (G,) float64, the generator's (advisory)
     finish_reasons: tuple[str, ...]  # (G,)
+    texts: tuple[str, ...] | None = None  # (G,) each completion's text (``Completion.text``), or None: no texts
 
     def __len__(self) -> int:
         return len(self.finish_reasons)
@@ -105,16 +110,19 @@ class CompletionColumns:
         ends = np.cumsum(self.lengths).tolist()
         starts = [0, *ends[:-1]]
         ids, logprobs = self.token_ids, self.sampler_logprobs
+        texts = self.texts if self.texts is not None else (None,) * len(self)
         return tuple(
-            trusted(Completion, token_ids=ids[a:b], sampler_logprobs=logprobs[a:b], reward=reward, finish_reason=finish)
-            for a, b, reward, finish in zip(starts, ends, self.rewards.tolist(), self.finish_reasons, strict=True)
+            trusted(Completion, token_ids=ids[a:b], sampler_logprobs=logprobs[a:b], reward=reward, finish_reason=finish,
+                    text=text)
+            for a, b, reward, finish, text in zip(starts, ends, self.rewards.tolist(), self.finish_reasons, texts,
+                                                  strict=True)
         )
 
     @classmethod
     def from_completions(cls, completions: tuple[Completion, ...]) -> "CompletionColumns":
         """Columns from ``Completion`` objects; ``EncodeError`` (field ``completions[c]...``) for a
-        completion whose parts are not 1-D arrays of matching length, a non-numeric reward or an unknown
-        finish reason. Values (id ranges, log-prob signs) are checked by ``encode``, over whole columns."""
+        completion whose parts are not 1-D arrays of matching length, a non-numeric reward, an unknown
+        finish reason, or a text that is not a string where others have one (texts: every completion or none). Values (id ranges, log-prob signs) are checked by ``encode``, over whole columns."""
         ids: list[np.ndarray] = []
         logprobs: list[np.ndarray] = []
         for c, completion in enumerate(completions):
@@ -129,6 +137,9 @@ class CompletionColumns:
                 raise EncodeError(f"completions[{c}].reward", f"expected a number, got {kind}")
             if completion.finish_reason not in FINISH_REASONS:
                 raise EncodeError(f"completions[{c}].finish_reason", f"must be one of {FINISH_REASONS}")
+            if (completion.text is None) != (completions[0].text is None) or not (
+                    completion.text is None or isinstance(completion.text, str)):
+                raise EncodeError(f"completions[{c}].text", "must be a string in every completion of a group, or in none")
             ids.append(token_ids.astype(np.int64, copy=False))
             exact = sampler_logprobs.dtype.kind == "f"  # float64 stays float64: quantized from the given values
             logprobs.append(sampler_logprobs if exact else sampler_logprobs.astype(np.float32))
@@ -138,6 +149,7 @@ class CompletionColumns:
             lengths=np.array([len(i) for i in ids], np.int64),
             rewards=np.array([c.reward for c in completions], np.float64),
             finish_reasons=tuple(c.finish_reason for c in completions),
+            texts=tuple(c.text for c in completions) if completions and completions[0].text is not None else None,
         )
 
 

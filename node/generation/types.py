@@ -47,9 +47,9 @@ class GeneratedCompletion:
     def num_tokens(self) -> int:
         return int(self.token_ids.shape[0])
 
-    def to_completion(self, reward: float) -> Completion:
-        """The wire form, with the generator's (advisory) reward."""
-        return Completion(self.token_ids, self.sampler_logprobs, float(reward), self.finish_reason)
+    def to_completion(self, reward: float, text: str | None = None) -> Completion:
+        """The wire form, with the generator's (advisory) reward and its text (decoded without special tokens)."""
+        return Completion(self.token_ids, self.sampler_logprobs, float(reward), self.finish_reason, text)
 
 
 class Generator(Protocol):
