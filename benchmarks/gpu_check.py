@@ -133,8 +133,8 @@ def logprob_gap(model, groups, sampling=None, max_tokens: int = 4096) -> tuple[f
     worst, total, count, outside = 0.0, 0.0, 0, 0
     device = next(model.parameters()).device
     with torch.no_grad():
-        for chunk in micro_batches(groups, max_tokens):
-            packed = pack(chunk)
+        for micro in micro_batches(groups, max_tokens):
+            packed = pack(micro.groups)
             if sampling is None:
                 recomputed = completion_logprobs(model, packed)  # (B, T)
             else:

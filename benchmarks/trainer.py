@@ -198,7 +198,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     restore()
 
     # The step's forward pass and loss, as Trainer.step builds them, without the backward pass.
-    chunks = [pack(chunk, pad_id) for chunk in micro_batches(groups, config.trainer.max_tokens_per_microbatch)]
+    chunks = [pack(micro.groups, pad_id) for micro in micro_batches(groups, config.trainer.max_tokens_per_microbatch)]
     params = config.loss.params(step=version)
     model.train()
 

@@ -120,10 +120,24 @@ def test_fresh_says_whether_a_batch_is_within_max_age_now(clock):
     assert rejections(inbox) == {}  # a question, not a refusal
 
 
-def test_another_tokenizer_is_skipped_and_counted(clock):
-    inbox = make_inbox(clock)
+def test_another_tokenizer_is_skipped_and_counted_where_the_node_skips_them(clock):
+    inbox = make_inbox(clock, other_tokenizers=False)
     assert not offer(inbox, "bob", 0, tokenizer="tok-b")
     assert rejections(inbox) == {("bob", TOKENIZER_REASON): 1}
+
+
+def test_another_tokenizer_is_fetched_and_delivered_as_announced_by_default(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("bob", 0, tokenizer="tok-b"))
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert inbox.deliver("bob", p.descriptor, p.batch, len(p.data))
+    assert [item.batch.tokenizer.fingerprint for item in inbox.drain()] == ["tok-b"]
+    # announced with tok-b, sent with this node's own: not the batch announced
+    p = publish(make_batch("bob", 1, tokenizer="tok-b"))
+    assert inbox.consider(p.announcement, p.descriptor)
+    own = replace(p.batch, tokenizer=replace(p.batch.tokenizer, fingerprint=TOKENIZER))
+    assert not inbox.deliver("bob", p.descriptor, own, len(p.data))
+    assert rejections(inbox) == {("bob", NOT_AS_ANNOUNCED): 1}
 
 
 def test_peer_quota_counts_in_flight_and_queued_batches_and_frees_on_drain(clock):

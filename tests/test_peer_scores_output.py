@@ -5,6 +5,7 @@ Run: python -m pytest tests/test_peer_scores_output.py -q
 """
 
 import dataclasses
+import re
 from dataclasses import replace
 
 import pytest
@@ -81,18 +82,30 @@ def test_the_members_table_adds_the_nodes_scores_and_mutes(tmp_path):
     members = [member(PEER_A), member(PEER_B), member("12D3KooWSelf")]
     plain = members_table(members, "run-x", now=NOW)
     assert "score" not in plain and "muted" not in plain  # without a view: unchanged
-    write_peer_view(tmp_path, PeerView(NOW - 3, 12, SCORES, {PEER_B: {"hash_mismatch": 5}}))
+    write_peer_view(tmp_path, PeerView(NOW - 3, 12, SCORES, {PEER_B: {"hash_mismatch": 5}},
+                                       use={PEER_A: "sequence", PEER_B: "token"}))
     table = members_table(members, "run-x", now=NOW, view=read_peer_view(tmp_path))
     lines = table.splitlines()
     assert lines[1] == "scores: the node's view of round 12, 3 s ago"
     assert lines[2] == "the node: 0 failed announcements and 0 failed reads of the DHT since it started"
-    assert lines[3].split() == ["peer", "id", "model", "adapter", "policy", "batches", "tokens", "last", "seen",
-                                "reached", "score", "muted"]
-    rows = {line.split()[0]: line.split() for line in lines[4:]}
-    assert rows[PEER_A][-2:] == ["0.95", "no"]
-    assert rows[PEER_B][-4:] == ["0.20", "240", "s", "more"]
-    assert rows["12D3KooWSelf"][-2:] == ["-", "-"]  # the node itself, or a member it has no record of
-    assert rows[PEER_A][-3] == "?"  # it did not say how it is reached
+    assert re.split(r"\s{2,}", lines[3]) == ["peer id", "model", "adapter", "policy", "batches", "tokens", "last seen",
+                                             "reached", "score", "muted", "used"]
+    rows = {line.split()[0]: re.split(r"\s{2,}", line) for line in lines[4:]}
+    assert rows[PEER_A][-3:] == ["0.95", "no", "per sequence"]
+    assert rows[PEER_B][-3:] == ["0.20", "240 s more", "per token"]
+    assert rows["12D3KooWSelf"][-3:] == ["-", "-", "-"]  # the node itself, or a member it has no record of
+    assert rows[PEER_A][-4] == "?"  # it did not say how it is reached
+
+
+def test_the_members_table_says_how_the_node_trains_on_each_member(tmp_path):
+    peers = {"12D3KooWToken": "token", "12D3KooWSeq": "sequence", "12D3KooWNone": "none"}
+    members = [member(peer) for peer in [*peers, "12D3KooWSkipped"]]
+    view = PeerView(NOW - 3, 12, {}, {"12D3KooWSkipped": {"tokenizer": 3}}, use=peers)
+    write_peer_view(tmp_path, view)
+    table = members_table(members, "run-x", now=NOW, view=read_peer_view(tmp_path))
+    used = {line.split()[0]: re.split(r"\s{2,}", line)[-1] for line in table.splitlines()[4:]}
+    assert used == {"12D3KooWToken": "per token", "12D3KooWSeq": "per sequence", "12D3KooWNone": "no",
+                    "12D3KooWSkipped": "no: other tokenizer"}
 
 
 def test_the_members_table_says_how_each_member_is_reached():

@@ -9,6 +9,7 @@ from ftis.node.config.base import Section
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S
 
 if TYPE_CHECKING:
+    from ftis.node.swarm.inbox import InboxLimits
     from ftis.node.swarm.reputation import ReputationSettings
     from ftis.node.swarm.sampling import ReadSettings
 
@@ -34,6 +35,11 @@ class SwarmConfig(Section):
     )
     identity_path: Path | None = Field(
         None, description="Private key file: keeps the peer id and the announcement key across restarts."
+    )
+    other_tokenizers: Literal["sequence", "skip"] = Field(
+        "sequence", description="Peers whose tokenizer differs from this node's: sequence: fetch their batches and "
+        "train on their completion texts, tokenized here, with one importance weight per completion (docs/loss.md); "
+        "skip: never fetch them.",
     )
     client_mode: bool = Field(False, description="Reach out only: fetch, but peers cannot fetch from us (a node behind "
                               "a NAT serves through a relay instead: reachability).")
@@ -183,6 +189,13 @@ class SwarmConfig(Section):
         beam = "hivemind's" if self.read_beam_size == 0 else str(self.read_beam_size)
         return (f"directory: {self.shards} shards, {read} read per poll{more}, the last {self.remember_polls} "
                 f"poll{'s' if self.remember_polls != 1 else ''} remembered, read beam {beam}; fetch budget {budget}")
+
+    def inbox_limits(self) -> "InboxLimits":
+        """What a node fetches and holds of its peers' batches, as ``swarm/inbox.py`` takes it."""
+        from ftis.node.swarm.inbox import InboxLimits
+
+        return InboxLimits(self.max_age_s, self.per_peer_quota, self.max_buffered_batches, self.max_buffered_bytes,
+                           other_tokenizers=self.other_tokenizers == "sequence")
 
     def reputation(self) -> "ReputationSettings":
         """The peer-score settings, as ``swarm/reputation.py`` takes them."""

@@ -25,7 +25,6 @@ from typing import Protocol, TypeVar
 from ftis.node.config import SwarmConfig
 from ftis.node.runner.node import Node
 from ftis.node.runner.round_report import RoundReport
-from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
@@ -55,8 +54,7 @@ class LockstepSwarm:
     def __init__(self, size: int, swarm: SwarmConfig):
         self.hub = MemoryHub()
         self.barrier = threading.Barrier(size, timeout=BARRIER_TIMEOUT_S)
-        self._limits = InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches,
-                                   swarm.max_buffered_bytes)
+        self._limits = swarm.inbox_limits()
         self._run_id = swarm.run_id
         self._reputation = swarm.reputation()
 

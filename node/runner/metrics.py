@@ -135,7 +135,7 @@ class RunMetrics:
         self._writer.submit(write_peer_view, self._folder, PeerView(  # for ftis-node status --node
             record["time"], report.round, report.scores, record["rejections_by_peer"],
             announce_failures=report.transport.announce_failures, poll_failures=report.transport.poll_failures,
-            alone_seconds=alone_s, directory=self._directory))
+            alone_seconds=alone_s, directory=self._directory, use=report.peer_use))
         if self.tensorboard is not None:
             self._writer.submit(self.tensorboard.write, record)
         self.display.show(record)

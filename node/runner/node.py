@@ -12,6 +12,7 @@ generator's policy version says so.
 """
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -26,12 +27,13 @@ from ftis.node.runner.rng import RngState
 from ftis.node.runner.round_report import RoundReport
 from ftis.node.runner.rounds_barrier import RoundsBarrier
 from ftis.node.runner.utilisation import Stopwatch
-from ftis.node.swarm.inbox import NONFINITE, PROMPT_MISMATCH
+from ftis.node.swarm.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
 from ftis.node.tasks.prompts import prompt_ids, uses_chat_template
 from ftis.node.trainer.peer_selection import DatedGroup
 from ftis.node.trainer.step_metrics import StepMetrics
+from ftis.node.trainer.text_groups import Retokenizer
 from ftis.node.trainer.trainer import Trainer
 from ftis.node.trainer.wire_groups import score_batch, score_own_batch
 from ftis.protocol import (
@@ -86,6 +88,7 @@ class PeerGroups:
     rewards: list[float]
     unusable: int
     batches_by_peer: dict[str, int]  # the peers' batches this step draws on (for their scores)
+    use: dict[str, str]  # how each peer's groups of this round are trained: "token", "sequence" or "none"
 
 
 class Node:
@@ -103,6 +106,10 @@ class Node:
         self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
                                          generation.max_new_tokens)
         self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
+        # peers with another tokenizer: their texts in this node's tokens (None: their batches are unusable)
+        self._retokenizer = (Retokenizer.for_node(policy.tokenizer, self.chat, generation.max_new_tokens)
+                             if config.swarm.other_tokenizers == "sequence" else None)
+        self._peer_use: OrderedDict[str, str] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers' last use
         self.grouping = GROUPINGS[config.loop.grouping](config, task, self._rng)
         self._rounds_mode = config.loop.mode == "rounds"
         self._barrier = RoundsBarrier(config, transport, policy.fingerprint)
@@ -148,7 +155,7 @@ class Node:
             waited_seconds=waited, late_peers=late, merged_groups=grouped.merged.merged,
             merged_group_size=_mean(grouped.merged.sizes), mismatched_groups=grouped.merged.mismatched,
             generator=_generator_stats(self.generator), step=step, transport=self.transport.stats(),
-            seconds=watch.seconds, scores=self.transport.scores())
+            seconds=watch.seconds, scores=self.transport.scores(), peer_use=self._note_use(peers.use))
         self.round += 1
         if self._rounds_mode:  # fall into step with peers that are ahead
             self.round = max(self.round, self._barrier.swarm_round())
@@ -196,19 +203,33 @@ class Node:
     def _score_peers(self, received: list[ReceivedBatch], texts: Texts) -> PeerGroups:
         """Each batch scored with this node's task (``wire_groups.score_batch``); a peer whose prompts are
         not their problems' is charged, once a batch."""
-        candidates, rewards, unusable, batches_by_peer = [], [], 0, {}
+        candidates, rewards, unusable, batches_by_peer, use = [], [], 0, {}, {}
         for item in received:
             scored = score_batch(item.batch, self.task, self.policy.tokenizer,
                                  trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
                                  vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
-                                 split=self.config.task.split)
+                                 split=self.config.task.split, fingerprint=self.policy.fingerprint,
+                                 retokenizer=self._retokenizer)
+            if scored.groups:
+                use[item.peer_id] = "sequence" if scored.per_sequence else "token"
+            else:
+                use.setdefault(item.peer_id, "none")
             if scored.mismatched:
                 self.transport.report_fault(item.peer_id, PROMPT_MISMATCH)
             candidates += [DatedGroup(group, _freshness(item, self.config.swarm.max_age_s)) for group in scored.groups]
             batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
             rewards += scored.rewards
             unusable += scored.unusable
-        return PeerGroups(candidates, rewards, unusable, batches_by_peer)
+        return PeerGroups(candidates, rewards, unusable, batches_by_peer, use)
+
+    def _note_use(self, use: dict[str, str]) -> dict[str, str]:
+        """How this node last trained on each peer's groups, the newest MAX_PEERS_TRACKED peers (``status``)."""
+        for peer, form in use.items():
+            self._peer_use.pop(peer, None)
+            self._peer_use[peer] = form
+        while len(self._peer_use) > MAX_PEERS_TRACKED:
+            self._peer_use.popitem(last=False)
+        return dict(self._peer_use)
 
     def _judge_peers(self, step: StepMetrics, batches_by_peer: dict[str, int]) -> None:
         """Evidence for the peers' scores from the step: a refused step charges the peers whose groups alone
@@ -233,7 +254,8 @@ class Node:
         arrived, peer_texts = [], None  # with helpers: peers' batches so far, decoded while the generator runs
         if helpers is not None:
             arrived = self.transport.receive()
-            peer_texts = helpers.decode_ahead(arrived, tokenizer, self._embedding_rows) if arrived else None
+            own_ids = [item for item in arrived if item.batch.tokenizer.fingerprint == self.policy.fingerprint]
+            peer_texts = helpers.decode_ahead(own_ids, tokenizer, self._embedding_rows) if own_ids else None
         with watch.part("generate"):
             completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling, seed=seed)
         decoded = peer_texts.result() if peer_texts is not None else {}  # the tokenizer is free again from here
@@ -246,7 +268,8 @@ class Node:
                 group_id=self.grouping.group_id(self.transport.peer_id, self.round, k),
                 task=TaskRef(problem.dataset, problem.split, problem.index, problem.answer),
                 prompt_ids=prompt,
-                completions=tuple(c.to_completion(r) for c, r in zip(generated, rewards, strict=True)),
+                completions=tuple(c.to_completion(reward, text)
+                                  for c, reward, text in zip(generated, rewards, texts, strict=True)),
             ))
         batch = RolloutBatch(
             run_id=self.config.swarm.run_id,

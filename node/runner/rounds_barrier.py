@@ -100,13 +100,15 @@ class RoundsBarrier:
             self._missed = {peer: count for peer, count in self._missed.items() if peer in self._latest}
 
     def _live_peers(self) -> set[str]:
-        """Peers announced within the TTL, with this node's tokenizer, not muted (a muted peer's batches are
+        """Peers announced within the TTL, with this node's tokenizer (or any, where it takes other tokenizers' texts),
+        not muted (a muted peer's batches are
         refused anyway, and a peer that got itself muted must not hold every round up to the deadline), and not
         unreachable by their own account (no one fetches their batches)."""
         live_since = time.time() - self.config.swarm.announcement_ttl_s
+        any_tokenizer = self.config.swarm.other_tokenizers == "sequence"
         muted = {peer for peer, score in self.transport.scores().items() if score.muted_until is not None}
         return {member.peer_id for member in self.transport.members()
-                if member.peer_id != self.transport.peer_id and member.tokenizer == self.fingerprint
+                if member.peer_id != self.transport.peer_id and (any_tokenizer or member.tokenizer == self.fingerprint)
                 and member.last_seen >= live_since and member.peer_id not in muted and member.reach != "unreachable"}
 
     def _missing_peers(self, round_: int) -> set[str]:

@@ -68,7 +68,6 @@ from ftis.node.swarm.inbox import (
     NOT_AS_ANNOUNCED,
     TOO_LARGE,
     Inbox,
-    InboxLimits,
     Rejected,
     open_payload,
 )
@@ -167,10 +166,9 @@ class HivemindTransport:
         self._peer_id = self._dht.peer_id.to_base58()
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
-        limits = InboxLimits(config.max_age_s, config.per_peer_quota, config.max_buffered_batches,
-                             config.max_buffered_bytes)
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
-        self._inbox = Inbox(config.run_id, tokenizer, limits, clock=clock, reputation=config.reputation())
+        self._inbox = Inbox(config.run_id, tokenizer, config.inbox_limits(), clock=clock,
+                            reputation=config.reputation())
         self._members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
         self._circuits: dict[str, tuple[str, ...]] = {}  # peer id -> circuit addresses it announces (relayed)

@@ -1,9 +1,10 @@
 """The receive policy every transport applies, and the bounded buffer of delivered batches.
 
 For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen,
-from another run, older than the max age, another tokenizer, over the peer's quota or the buffer's
-bound. After a fetch, ``deliver`` checks that the decoded batch is the one announced (same peer,
-run, round, tokenizer) and queues it; ``drain`` hands queued batches to the trainer.
+from another run, older than the max age, another tokenizer (unless the node takes those: their groups
+are trained on per sequence), over the peer's quota or the buffer's bound. After a fetch, ``deliver``
+checks that the decoded batch is the one announced (same peer, run, round, tokenizer) and queues it;
+``drain`` hands queued batches to the trainer.
 Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
 number) is considered once, so a batch is delivered at most once and a refused one is not asked for
 again (a transport may retry a fetch that failed in transit before it reports the failure).
@@ -36,7 +37,7 @@ from ftis.protocol.limits import MAX_CLOCK_AHEAD_S
 # Rejection reasons, as counted in TransportStats.rejections.
 STALE = "stale"  # created before now - max_age (or dated more than MAX_CLOCK_AHEAD_S ahead of now)
 OTHER_RUN = "other_run"
-TOKENIZER = "tokenizer"  # another tokenizer fingerprint: the ids mean nothing here (skipped)
+TOKENIZER = "tokenizer"  # another tokenizer fingerprint, where the node skips those (``other_tokenizers``)
 PEER_QUOTA = "peer_quota"  # the peer already has its quota of batches in flight or queued
 BUFFER_FULL = "buffer_full"
 TOO_LARGE = "too_large"  # announced or sent more bytes than allowed
@@ -77,6 +78,7 @@ class InboxLimits:
     per_peer_quota: int  # batches of one peer in flight or queued
     max_batches: int  # batches in flight or queued, all peers
     max_bytes: int  # their payload bytes
+    other_tokenizers: bool = True  # fetch batches of another tokenizer (their texts are trained on per sequence)
 
 
 class Inbox:
@@ -91,7 +93,7 @@ class Inbox:
         # already (or is stale anyway), so a publisher still listing it is not counted again each poll
         self._forgotten: OrderedDict[str, float] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers
         self._pending: dict[tuple[str, int], int] = {}  # (peer, round) -> bytes, in flight or queued
-        self._in_flight: set[tuple[str, int]] = set()
+        self._in_flight: dict[tuple[str, int], str] = {}  # -> the tokenizer the batch was announced with
         # Refused only for lack of room (quota, buffer): counted once, asked again once room frees.
         self._deferred: set[tuple[str, int]] = set()
         # peer -> digest of its last bad record, counted once (the newest MAX_PEERS_TRACKED peers)
@@ -127,7 +129,7 @@ class Inbox:
                 self._count(announcement.peer_id, reason)
                 return False
             self._pending[key] = descriptor.bytes
-            self._in_flight.add(key)
+            self._in_flight[key] = announcement.tokenizer
             return True
 
     def _refusal(self, announcement: Announcement, descriptor: BatchDescriptor, now: float) -> str | None:
@@ -135,7 +137,7 @@ class Inbox:
             return OTHER_RUN
         if not self._fresh(descriptor, now):
             return STALE
-        if announcement.tokenizer != self._tokenizer:
+        if announcement.tokenizer != self._tokenizer and not self._limits.other_tokenizers:
             return TOKENIZER
         if self._reputation.muted(announcement.peer_id, now):
             return MUTED
@@ -155,9 +157,10 @@ class Inbox:
         with self._lock:
             if key not in self._in_flight:
                 return False  # not considered, or already settled
-            self._in_flight.discard(key)
+            announced_tokenizer = self._in_flight.pop(key)
             matches = (batch.peer_id == peer_id and batch.round == descriptor.round and batch.run_id == self._run_id
-                       and batch.tokenizer.fingerprint == self._tokenizer and batch.created_at == descriptor.created_at
+                       and batch.tokenizer.fingerprint == announced_tokenizer
+                       and batch.created_at == descriptor.created_at
                        and len(batch.groups) == descriptor.groups and batch.num_completion_tokens == descriptor.tokens
                        and batch.policy.policy_version == descriptor.policy_version)
             if not matches:
@@ -187,7 +190,7 @@ class Inbox:
         key = (peer_id, descriptor.round)
         with self._lock:
             if key in self._in_flight:
-                self._in_flight.discard(key)
+                del self._in_flight[key]
                 del self._pending[key]
                 self._count(peer_id, reason)
 

@@ -7,7 +7,7 @@ sees the last step's view or the one before, never half of one:
 
     {"time": unix seconds of the step, "round": 12,
      "peers": {peer id: {"score": 0.93, "good": 11.2, "bad": 0.8, "muted_until": null, "mutes": 0,
-                         "rejections": {reason: count since the node started}}},
+                         "rejections": {reason: count since the node started}, "use": "token"}},
      "dht": {"announce_failures": 0, "poll_failures": 0, "alone_seconds": 0.0},
      "directory": "directory: 625 shards, 2 read per poll, ..."}
 
@@ -15,12 +15,14 @@ sees the last step's view or the one before, never half of one:
 last saw a peer (absent in a file an older node wrote: read as zeros). ``directory``: how the node reads the
 swarm (``SwarmConfig.sampling_line``; absent in an older file: empty).
 
-``muted_until`` is unix seconds while the peer is muted, else null.
+``muted_until`` is unix seconds while the peer is muted, else null. ``use``: how the node last trained on the
+peer's groups: "token" (same tokenizer), "sequence" (another tokenizer: its texts, one weight per completion) or
+"none" (nothing usable); absent for a peer it never received a batch from, and in an older node's file.
 """
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftis.node.atomic import write_atomic
@@ -43,6 +45,7 @@ class PeerView:
     poll_failures: int = 0  # failed reads of the peers' announcements
     alone_seconds: float = 0.0  # since the node last saw a peer
     directory: str = ""  # how the node reads the swarm: shards, read per poll, fetch budget
+    use: dict[str, str] = field(default_factory=dict)  # peer id -> "token", "sequence" or "none"
 
 
 def write_peer_view(folder: Path, view: PeerView) -> Path:
@@ -53,6 +56,8 @@ def write_peer_view(folder: Path, view: PeerView) -> Path:
     }
     for peer in view.rejections.keys() - view.scores.keys():  # refused only for reasons that are no evidence
         peers[peer] = {"rejections": dict(view.rejections[peer])}
+    for peer, form in view.use.items():
+        peers.setdefault(peer, {"rejections": {}})["use"] = form
     data = {"time": view.time, "round": view.round, "peers": dict(sorted(peers.items())),
             "dht": {"announce_failures": view.announce_failures, "poll_failures": view.poll_failures,
                     "alone_seconds": view.alone_seconds}, "directory": view.directory}
@@ -64,9 +69,11 @@ def read_peer_view(folder: Path) -> PeerView:
     path = folder / PEER_VIEW_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        scores, rejections = {}, {}
+        scores, rejections, use = {}, {}, {}
         for peer, entry in data["peers"].items():
             rejections[peer] = {str(reason): int(count) for reason, count in entry["rejections"].items()}
+            if "use" in entry:
+                use[peer] = str(entry["use"])
             if "score" in entry:
                 until = entry["muted_until"]
                 scores[peer] = PeerScore(score=float(entry["score"]), good=float(entry["good"]),
@@ -77,7 +84,7 @@ def read_peer_view(folder: Path) -> PeerView:
                         announce_failures=int(dht.get("announce_failures", 0)),
                         poll_failures=int(dht.get("poll_failures", 0)),
                         alone_seconds=float(dht.get("alone_seconds", 0.0)),
-                        directory=str(data.get("directory", "")))
+                        directory=str(data.get("directory", "")), use=use)
     except FileNotFoundError:
         raise PeerViewError(f"{path} does not exist: is a node running with --out {folder}?") from None
     except OSError as error:

@@ -2,13 +2,14 @@
 
 import time
 
+from ftis.node.swarm.inbox import TOKENIZER
 from ftis.node.swarm.peer_view import PeerView, muted_now
 from ftis.node.swarm.transport import Member
 
 
 def members_table(members: list[Member], run_id: str, now: float | None = None, view: PeerView | None = None) -> str:
-    """One row per member; ``view`` (a node's ``peers.json``) adds its score of each member and whether
-    it mutes it ("-" for a member the node has no record of, such as itself)."""
+    """One row per member; ``view`` (a node's ``peers.json``) adds its score of each member, whether it mutes it
+    and how it trains on the member's groups (``used``); "-" for a member the node has no record of, such as itself."""
     now = time.time() if now is None else now
     if not members:
         return f"run {run_id!r}: no members are announcing" + ("" if view is None else "\n" + dht_line(view))
@@ -20,7 +21,7 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
     ]
     lines = [f"run {run_id!r}: {len(members)} member{'s' if len(members) != 1 else ''}"]
     if view is not None:
-        header += ("score", "muted")
+        header += ("score", "muted", "used")
         rows = [(*row, *_judgement(view, m.peer_id, now)) for row, m in zip(rows, members, strict=True)]
         lines.append(f"scores: the node's view of round {view.round}, {max(0.0, now - view.time):.0f} s ago")
         lines.append(dht_line(view))
@@ -40,12 +41,24 @@ def reached(member: Member) -> str:
     return "?" if member.reach == "unknown" else member.reach
 
 
-def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str]:
+def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str, str]:
     score = view.scores.get(peer_id)
+    used = used_as(view, peer_id)
     if score is None:
-        return "-", "-"
+        return "-", "-", used
     muted = f"{score.muted_until - now:.0f} s more" if muted_now(score, now) else "no"
-    return f"{score.score:.2f}", muted
+    return f"{score.score:.2f}", muted, used
+
+
+USE_TEXT = {"token": "per token", "sequence": "per sequence", "none": "no"}
+
+
+def used_as(view: PeerView, peer_id: str) -> str:
+    """How the node trains on the member's groups: "per token" (its tokenizer), "per sequence" (another
+    tokenizer's texts), "no" (nothing usable arrived), "no: other tokenizer" (the node skips those), or "-"."""
+    if view.rejections.get(peer_id, {}).get(TOKENIZER):
+        return "no: other tokenizer"
+    return USE_TEXT.get(view.use.get(peer_id, ""), "-")
 
 
 def dht_line(view: PeerView) -> str:

@@ -1,6 +1,10 @@
 """What the trainer trains on: groups of completions with this node's rewards and a flag saying
 whether the filter applies to them (docs/loss.md), and which of them share one advantage group.
 
+A group is trained per token when its ids are its generator's (same tokenizer), and per sequence when its
+generator used another tokenizer: its ids are then this node's tokens of the completion texts, and the
+generator's log-prob comes as one number per completion (``sequence_logprobs``; ``text_groups.py``).
+
 A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
 groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the
 advantage of each completion is over all of them (``advantage_groups.py`` decides which share a key).
@@ -24,20 +28,34 @@ class TrainingGroup:
     temperature: float  # the sampler's: log-probs are compared under the same temperature
     task: TaskRef | None = None  # the problem it answers, as the generator named it
     advantage_key: str | None = None  # groups with one key form one advantage group; None: alone
+    # (G,) float64 log π_gen(y) of each completion, the generator's sampler log-probs summed over its own tokens,
+    # when they are not this node's tokens: then ``completions`` holds this node's tokens of the texts (and no
+    # per-token sampler log-probs) and the group is trained per sequence. None: per token.
+    sequence_logprobs: np.ndarray | None = None
 
     @property
     def size(self) -> int:
         return len(self.completions)
 
     @property
-    def num_tokens(self) -> int:
-        """Prompt plus completion tokens of all its sequences: what a forward pass costs."""
-        return int(self.completions.lengths.sum()) + self.size * len(self.prompt_ids)
+    def per_sequence(self) -> bool:
+        return self.sequence_logprobs is not None
 
-    @property
-    def informative(self) -> bool:
-        """Whether its rewards differ: a group whose rewards are all equal teaches nothing."""
-        return bool(self.rewards.size) and bool(np.ptp(self.rewards) > 0)
+    def sampler_sums(self) -> np.ndarray:
+        """(G,) float64 log π_gen(y) of each completion: ``sequence_logprobs``, or its sampler log-probs summed (a
+        group in this node's tokens, trained per sequence beside another tokenizer's in one advantage group)."""
+        return self.sequence_logprobs if self.sequence_logprobs is not None else sampler_sums(self.completions)
+
+
+def sampler_sums(columns: CompletionColumns) -> np.ndarray:
+    """(G,) float64: each completion's sampler log-probs summed over its tokens (0 for one without tokens)."""
+    lengths = columns.lengths
+    sums = np.zeros(len(lengths), np.float64)
+    has_tokens = lengths > 0
+    if has_tokens.any():
+        starts = np.cumsum(lengths) - lengths
+        sums[has_tokens] = np.add.reduceat(columns.sampler_logprobs.astype(np.float64), starts[has_tokens])
+    return sums
 
 
 def advantage_index(groups: list[TrainingGroup]) -> list[int]:

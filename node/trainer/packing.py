@@ -5,6 +5,10 @@ at position ``p + j − 1`` predicts completion token ``j`` (``p`` = prompt leng
 ``target_index[i, j]`` says where to read token ``j``'s log-prob in row ``i``. ``group_index`` numbers
 the advantage groups: one per group, except that groups sharing an ``advantage_key`` (horizontal mode)
 share a number, and micro-batches keep them together.
+
+A micro-batch is trained per token or per sequence (``TrainingGroup.per_sequence``), never both: an advantage
+group holding a group of another tokenizer is trained per sequence whole (its groups in this node's tokens with
+their sampler log-probs summed), so its advantages stay over all of its completions.
 """
 
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ class PackedBatch:
     group_index: Tensor  # (B,) int64, the advantage group each row belongs to (0..K-1 in this batch)
     off_policy: Tensor  # (B,) bool
     temperature: Tensor  # (B,) float32
+    sampler_sequence_logprobs: Tensor  # (B,) float32 log π_gen(y) of each completion (``sampler_sums``)
 
 
 def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
@@ -68,6 +73,8 @@ def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
         group_index=torch.tensor([g for g, *_ in rows], dtype=torch.int64),
         off_policy=torch.tensor([group.off_policy for _, group, *_ in rows], dtype=torch.bool),
         temperature=torch.tensor([group.temperature for _, group, *_ in rows], dtype=torch.float32),
+        sampler_sequence_logprobs=torch.from_numpy(
+            np.concatenate([group.sampler_sums() for group in groups]).astype(np.float32)),
     )
 
 
@@ -76,19 +83,30 @@ def _spans(lengths: np.ndarray) -> list[tuple[int, int]]:
     return [(end - int(length), int(length)) for end, length in zip(ends, lengths.tolist(), strict=True)]
 
 
-def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[list[TrainingGroup]]:
+@dataclass(frozen=True)
+class MicroBatch:
+    groups: list[TrainingGroup]
+    per_sequence: bool  # trained with the per-sequence loss (another tokenizer's group is in each advantage group)
+
+
+def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[MicroBatch]:
     """Runs of whole advantage groups (advantages are per advantage group: the groups sharing an
     ``advantage_key`` go together, in order of first appearance) of at most ``max_tokens`` padded tokens
-    each; an advantage group larger than that forms a micro-batch alone."""
-    batches: list[list[TrainingGroup]] = []
-    current: list[TrainingGroup] = []
-    for gathered in advantage_groups(groups):
-        if current and _padded_tokens([*current, *gathered]) > max_tokens:
-            batches.append(current)
-            current = []
-        current.extend(gathered)
-    if current:
-        batches.append(current)
+    each; an advantage group larger than that forms a micro-batch alone. The advantage groups trained per token
+    come first, then those trained per sequence."""
+    gathered = advantage_groups(groups)
+    batches: list[MicroBatch] = []
+    for per_sequence in (False, True):
+        current: list[TrainingGroup] = []
+        for together in gathered:
+            if any(group.per_sequence for group in together) != per_sequence:
+                continue
+            if current and _padded_tokens([*current, *together]) > max_tokens:
+                batches.append(MicroBatch(current, per_sequence))
+                current = []
+            current.extend(together)
+        if current:
+            batches.append(MicroBatch(current, per_sequence))
     return batches
 
 

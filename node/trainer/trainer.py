@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 from ftis.node.config import LossConfig, TrainerConfig
-from ftis.node.loss import LossInputs, compute_loss
+from ftis.node.loss import LossInputs, SequenceLossInputs, compute_loss
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs
-from ftis.node.trainer.packing import micro_batches, pack
+from ftis.node.trainer.packing import PackedBatch, micro_batches, pack
 from ftis.node.trainer.step_metrics import LossSums, StepMetrics
 
 
@@ -84,6 +84,7 @@ class Trainer:
             grad_norm=float(grad_norm),
             groups=len(kept),
             peer_groups=sum(group.off_policy for group in informative),
+            sequence_groups=sum(group.per_sequence for group in informative),
             zero_variance_groups=skipped,
             sequences=total,
             tokens=sums.tokens,
@@ -97,23 +98,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = sum(group.size for group in groups)
         sums = LossSums()
-        for chunk in micro_batches(groups, self._config.max_tokens_per_microbatch):
-            packed = pack(chunk, self._pad_id)
+        for micro in micro_batches(groups, self._config.max_tokens_per_microbatch):
+            packed = pack(micro.groups, self._pad_id)
             logprobs = completion_logprobs(self.model, packed)
-            inputs = LossInputs(
-                logprobs=logprobs,
-                old_logprobs=logprobs.detach(),
-                sampler_logprobs=packed.sampler_logprobs,
-                loss_mask=packed.loss_mask,
-                rewards=packed.rewards,
-                group_ids=packed.group_index,
-                off_policy=packed.off_policy,
-            )
-            out = compute_loss(self._loss.variant, inputs, params)
+            out = compute_loss(self._loss.variant, _loss_inputs(packed, logprobs, micro.per_sequence), params)
             share = float(out.metrics.num_sequences) / total
             (out.loss * share).backward()
             sums.add(out, packed.loss_mask, packed.off_policy, share)
-            sums.add_peers(chunk, out.divergence_filtered)
+            sums.add_peers(micro.groups, out.divergence_filtered)
         return sums
 
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
@@ -131,3 +123,26 @@ class Trainer:
             if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
                 culprits.append(peer)
         return culprits
+
+
+def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool) -> LossInputs | SequenceLossInputs:
+    """The loss's inputs for one micro-batch: π_θold is this forward pass's values, detached (one step a round)."""
+    if per_sequence:
+        return SequenceLossInputs(
+            logprobs=logprobs,
+            old_logprobs=logprobs.detach(),
+            sampler_sequence_logprobs=packed.sampler_sequence_logprobs,
+            loss_mask=packed.loss_mask,
+            rewards=packed.rewards,
+            group_ids=packed.group_index,
+            off_policy=packed.off_policy,
+        )
+    return LossInputs(
+        logprobs=logprobs,
+        old_logprobs=logprobs.detach(),
+        sampler_logprobs=packed.sampler_logprobs,
+        loss_mask=packed.loss_mask,
+        rewards=packed.rewards,
+        group_ids=packed.group_index,
+        off_policy=packed.off_policy,
+    )

@@ -1,7 +1,9 @@
 """Rewards this node computes for a batch's groups, its own or a peer's (docs/node.md): the
-completion text is decoded with this node's tokenizer (same fingerprint as the generator's, or the
-batch was skipped earlier) and scored by this node's task against the gold answer it trusts. The
-generator's reward in the batch is advisory and never used.
+completion text is decoded with this node's tokenizer where the generator's is the same (same fingerprint),
+and is the text the batch carries where it is another (the group is then rebuilt in this node's tokens and
+trained per sequence: ``text_groups.py``); either is scored by this node's task against the gold answer it
+trusts. The generator's reward in the batch is advisory and never used. A batch of another tokenizer without
+texts (an older peer's) is unusable.
 
 A peer may claim a larger vocabulary than this node's model has (same tokenizer fingerprint, another
 embedding size, or a hostile claim): the decoder only checks ids against the claim, so a group holding
@@ -12,7 +14,9 @@ prompt must be that problem's: its ``prompt_ids`` must equal a rendering this no
 (``prompts.renderings``), else the group is unusable and counted as ``mismatched`` (the caller charges the
 peer: a peer that put another prompt in front of a problem would make this node learn the problem's answer
 for a question it never asked). It must also name the split this node trains on (``split``): a reference
-into the held-out split would train the node on its own evaluation set."""
+into the held-out split would train the node on its own evaluation set. A group of another tokenizer must name
+one of this node's problems: its prompt is rendered here from this node's copy, so the gold answer is never
+the peer's for a question this node cannot see."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +26,10 @@ import numpy as np
 
 from ftis.node.tasks import Problem, Task, resolve_gold
 from ftis.node.tasks.prompts import renderings
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, sampler_sums
+from ftis.node.trainer.text_groups import Retokenizer
 from ftis.protocol import Group, RolloutBatch
+from ftis.protocol.schema import CompletionColumns
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -35,14 +41,20 @@ class Scored:
     unusable: int  # groups without a gold answer this node trusts, with ids outside its vocabulary, or mismatched
     rewards: list[float]  # every scored completion's reward, for metrics
     mismatched: int = 0  # ...of them: groups naming one of this node's problems in front of another prompt
+    per_sequence: bool = False  # another tokenizer's batch: its usable groups are this node's tokens of its texts
 
 
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizerBase", *, trust_peer_answers: bool,
                 off_policy: bool, vocab_size: int | None = None,
-                texts: Sequence[list[str] | None] | None = None, split: str | None = None) -> Scored:
+                texts: Sequence[list[str] | None] | None = None, split: str | None = None,
+                fingerprint: str | None = None, retokenizer: Retokenizer | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
-    None: decoded here. ``split``: the only split of ``task`` a group may name (None: any)."""
+    None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
+    node's tokenizer's; a batch of another is rebuilt by ``retokenizer`` (None: such a batch is unusable), and
+    None takes every batch as this node's tokenizer's."""
+    if fingerprint is not None and batch.tokenizer.fingerprint != fingerprint:
+        return _score_other_tokenizer(batch, task, trust_peer_answers, off_policy, split, retokenizer)
     groups, rewards, unusable, mismatched = [], [], 0, 0
     limit = _id_limit(batch, vocab_size)
     for g, group in enumerate(batch.groups):
@@ -72,6 +84,35 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
     return Scored(groups, unusable, rewards, mismatched)
 
 
+def _score_other_tokenizer(batch: RolloutBatch, task: Task, trust_peer_answers: bool, off_policy: bool,
+                           split: str | None, retokenizer: Retokenizer | None) -> Scored:
+    """A batch whose generator used another tokenizer: each group that names one of this node's problems and
+    carries texts, rebuilt in this node's tokens (``text_groups.py``) and scored on its texts."""
+    groups, rewards, unusable = [], [], 0
+    for group in batch.groups:
+        ref = group.task
+        texts = group.columns.texts
+        if retokenizer is None or texts is None or (split is not None and ref.dataset == task.name
+                                                    and ref.split != split):
+            unusable += 1
+            continue
+        resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
+        if resolved.answer is None or resolved.problem is None:  # no problem of ours: no prompt to render
+            unusable += 1
+            continue
+        gold = resolved.answer
+        group_rewards = np.array([task.reward(text, gold) for text in texts], dtype=np.float64)
+        completions = retokenizer.completions(group, group_rewards)
+        if completions is None:
+            unusable += 1
+            continue
+        rewards.extend(group_rewards.tolist())
+        rebuilt = group.replace(prompt_ids=retokenizer.prompt(task, resolved.problem))
+        groups.append(_training_group(batch, rebuilt, group_rewards, off_policy, completions=completions,
+                                      sequence_logprobs=sampler_sums(group.columns)))
+    return Scored(groups, unusable, rewards, per_sequence=True)
+
+
 def _prompt_of(group: Group, problem: Problem, task: Task, tokenizer: "PreTrainedTokenizerBase") -> bool:
     """Whether the group's prompt ids are a rendering of ``problem`` this node makes itself."""
     return any(np.array_equal(group.prompt_ids, ids) for ids in renderings(tokenizer, task.prompt(problem)))
@@ -89,16 +130,19 @@ def score_own_batch(batch: RolloutBatch, rewards: Sequence[Sequence[float]], *, 
     return Scored(groups, 0, [float(reward) for group_rewards in rewards for reward in group_rewards])
 
 
-def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_policy: bool) -> TrainingGroup:
+def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_policy: bool, *,
+                    completions: CompletionColumns | None = None,
+                    sequence_logprobs: np.ndarray | None = None) -> TrainingGroup:
     return TrainingGroup(
         group_id=group.group_id,
         peer_id=batch.peer_id,
         prompt_ids=group.prompt_ids,
-        completions=group.columns,
+        completions=group.columns if completions is None else completions,
         rewards=rewards,
         off_policy=off_policy,
         temperature=batch.sampling.temperature,
         task=group.task,
+        sequence_logprobs=sequence_logprobs,
     )
 
 
