@@ -91,8 +91,8 @@ def test_qwen2_phi3_and_gpt2_nodes_share_one_run_per_token_and_per_sequence(tmp_
         assert use[ids[other]] == "token" and use[ids["phi"]] == "sequence", use
         assert any(r.step.trained for r in reports[name]), reports[name]
         assert rejections_of(nodes[name].transport, ids[other]) == {}
-    assert {peer: form for peer, form in reports["phi"][-1].peer_use.items()} == {
-        ids["full"]: "sequence", ids["lora"]: "sequence"}
+    use = reports["phi"][-1].peer_use
+    assert use[ids["full"]] == use[ids["lora"]] == use[ids["gpt2"]] == "sequence", use
     assert reports["gpt2"][-1].peer_groups_received == 0 and reports["gpt2"][-1].peer_use == {}
 
     # The Phi-3 node's steps on the Qwen2 groups: trained per sequence, finite, every weight at most C.
