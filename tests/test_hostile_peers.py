@@ -25,6 +25,7 @@ import contextlib
 import copy
 import dataclasses
 import importlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -565,6 +566,27 @@ def test_wrong_tokenizer_claims_are_refused_or_skipped(world):
         mallory.tokenizer = FINGERPRINT
     assert (report.unusable_groups, report.peer_groups_received, report.step.peer_groups) == (1, 0, 0)
     assert report.peer_use[mallory.peer_id] == "none"
+
+    # ...and with texts: rebuilt in this node's tokens and trained per sequence. Its log-probs claim the texts
+    # were all but impossible to sample (-30,000 a token): every weight stays at C, the divergence filter drops
+    # each completion it may (rule "or": all of them, D far above g), the step is finite, and the peer is charged.
+    lying = digit_group("other-tokenizer-texts", 3, logprobs=-30_000.0, claimed=HONEST_REWARDS)
+    lying = Group(lying.group_id, lying.task, lying.prompt_ids,
+                  tuple(dataclasses.replace(c, text=text) for c, text in zip(lying.completions, TEXTS, strict=True)))
+    mallory.tokenizer = "sha256:another-tokenizer"
+    try:
+        before_scores = honest.node.transport.scores().get(mallory.peer_id)
+        report, received = round_with(world, encode(digit_batch(
+            mallory.peer_id, mallory.next_round, get_dht_time(), tokenizer=mallory.tokenizer, groups=(lying,))))
+    finally:
+        mallory.tokenizer = FINGERPRINT
+    assert received.groups[0].columns.texts == TEXTS
+    assert report.peer_use[mallory.peer_id] == "sequence" and report.step.sequence_groups == 1
+    assert report.step.trained and math.isfinite(report.step.loss) and report.step.is_weight_max <= CONFIG.loss.clip_c
+    assert report.step.filtered_divergence_fraction > 0
+    after_scores = honest.node.transport.scores()[mallory.peer_id]
+    assert before_scores is None or after_scores.bad > before_scores.bad
+    assert torch.isfinite(weights(honest.node)).all()
 
     # The honest fingerprint with a larger vocabulary claimed, and an id this model has no embedding for:
     # valid on the wire, so delivered; the round skips the group as unusable (it would fail the forward pass).
