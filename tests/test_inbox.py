@@ -15,6 +15,7 @@ import msgpack
 import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
+from ftis.node.swarm import inbox as inbox_module
 from ftis.node.swarm.inbox import (
     BUFFER_FULL,
     DECODE_ERROR,
@@ -22,6 +23,7 @@ from ftis.node.swarm.inbox import (
     HASH_MISMATCH,
     MAX_CLOCK_AHEAD_S,
     NOT_AS_ANNOUNCED,
+    OTHER_PEERS,
     OTHER_RUN,
     PEER_QUOTA,
     SLOW,
@@ -138,6 +140,18 @@ def test_another_tokenizer_is_fetched_and_delivered_as_announced_by_default(cloc
     own = replace(p.batch, tokenizer=replace(p.batch.tokenizer, fingerprint=TOKENIZER))
     assert not inbox.deliver("bob", p.descriptor, own, len(p.data))
     assert rejections(inbox) == {("bob", NOT_AS_ANNOUNCED): 1}
+
+
+def test_rejection_counts_keep_the_newest_peers_and_sum_the_others(clock, monkeypatch):
+    monkeypatch.setattr(inbox_module, "MAX_PEERS_TRACKED", 3)
+    inbox = make_inbox(clock)
+    for k in range(5):  # five Sybils refused once each; then the first of those kept is refused again
+        assert not offer(inbox, f"sybil-{k}", 0, run_id="run-b")
+    assert not offer(inbox, "sybil-2", 1, run_id="run-b")
+    assert not offer(inbox, "sybil-5", 0, run_id="run-b")  # sybil-3 is now the one refused longest ago
+    assert rejections(inbox) == {(OTHER_PEERS, OTHER_RUN): 3, ("sybil-2", OTHER_RUN): 2, ("sybil-4", OTHER_RUN): 1,
+                                 ("sybil-5", OTHER_RUN): 1}
+    assert inbox.stats().rejected(OTHER_RUN) == 7  # by reason: every refusal
 
 
 def test_peer_quota_counts_in_flight_and_queued_batches_and_frees_on_drain(clock):

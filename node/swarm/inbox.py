@@ -62,9 +62,11 @@ MISSED_ROUND = "missed_round"
 SLOW = "slow"
 MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
-# Per-peer tables are capped (a swarm of thousands, Sybils that come and go): the bad-announcement digests and
-# the forgotten dates keep the newest this many peers; the seen set is bounded by max_age_s.
+# Per-peer tables are capped (a swarm of thousands, Sybils that come and go): the bad-announcement digests, the
+# forgotten dates and the rejection counts keep the newest this many peers; the seen set is bounded by max_age_s.
 MAX_PEERS_TRACKED = 4096
+# The rejections of peers dropped from the by-peer counts, summed under this name: the counts by reason stay whole.
+OTHER_PEERS = "(other peers)"
 
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
 # network may be at fault); the other reasons say nothing about the peer.
@@ -101,6 +103,7 @@ class Inbox:
         self._next_prune = -float("inf")
         self._queue: deque[ReceivedBatch] = deque()
         self._stats = TransportStats()
+        self._rejected: OrderedDict[str, set[str]] = OrderedDict()  # peer -> its reasons, the newest peers last
 
     def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
         """Whether to fetch this announced batch now. Each (peer, round) gets one final answer; a batch
@@ -172,8 +175,7 @@ class Inbox:
             self._reputation.delivered(peer_id, self._clock(), share=1.0 - lateness)
             if lateness > 0:
                 self._reputation.failed(peer_id, self._clock(), share=lateness)
-                key = (peer_id, SLOW)
-                self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
+                self._tally(peer_id, SLOW)
             self._stats.delivered_batches += 1
             self._stats.delivered_bytes += payload_bytes
             return True
@@ -274,12 +276,24 @@ class Inbox:
             )
 
     def _count(self, peer_id: str, reason: str) -> None:
-        key = (peer_id, reason)
-        self._stats.rejections[key] = self._stats.rejections.get(key, 0) + 1
+        self._tally(peer_id, reason)
         if reason in PEER_FAULTS:
             self._reputation.refused(peer_id, self._clock())
         elif reason in (FETCH_FAILED, MISSED_ROUND):
             self._reputation.failed(peer_id, self._clock())
+
+    def _tally(self, peer_id: str, reason: str) -> None:
+        """One rejection in ``stats().rejections``; past MAX_PEERS_TRACKED peers, the one refused longest ago has
+        its counts moved to ``OTHER_PEERS``."""
+        rejections = self._stats.rejections
+        rejections[(peer_id, reason)] = rejections.get((peer_id, reason), 0) + 1
+        reasons = self._rejected.pop(peer_id, set())
+        reasons.add(reason)
+        self._rejected[peer_id] = reasons
+        while len(self._rejected) > MAX_PEERS_TRACKED:
+            dropped, its_reasons = self._rejected.popitem(last=False)
+            for why in its_reasons:
+                rejections[(OTHER_PEERS, why)] = rejections.get((OTHER_PEERS, why), 0) + rejections.pop((dropped, why))
 
     def _forget_older_than(self, cutoff: float) -> None:
         """Seen entries of batches too old to be accepted again anyway: bounded memory."""
