@@ -161,13 +161,16 @@ def status_command(
     node: Annotated[Path | None, typer.Option(
         "--node", help="A running node's folder (its --out): add that node's score of each member and its mutes.")
     ] = None,
+    all_shards: Annotated[bool, typer.Option(
+        "--all-shards", help="Read every shard of the run (default: all of a run of up to 16, else 16 at random "
+        "and an estimate of the members in all).")] = False,
 ) -> None:
     """Join as a light client, print the swarm's members, exit."""
     import json
     import shutil
     import tempfile
 
-    from ftis.node.swarm.directory import read_members
+    from ftis.node.swarm.directory import READER_SHARDS, read_members
     from ftis.node.swarm.hivemind_transport import start_dht
     from ftis.node.swarm.peer_view import PeerViewError, read_peer_view
     from ftis.node.swarm.transport import SwarmError
@@ -182,7 +185,7 @@ def status_command(
     try:
         dht, _ = start_dht(config, scratch / "identity.key", announce=False)
         try:
-            members = read_members(dht, config.run_id, config.shards)
+            reading = read_members(dht, config.run_id, config.shards, sample=0 if all_shards else READER_SHARDS)
         finally:
             dht.shutdown()
     except SwarmError as error:
@@ -190,6 +193,7 @@ def status_command(
         raise typer.Exit(1) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    members = reading.members
     if as_json:
         rows = [dict(member.__dict__) for member in members]
         if view is not None:  # the node's judgement of each member; null where it has none
@@ -202,8 +206,7 @@ def status_command(
     from ftis.node.swarm.status import members_table
 
     typer.echo(members_table(members, config.run_id, view=view))
-    typer.echo(f"read all {config.shards} shard{'s' if config.shards != 1 else ''} of the run"
-               + ("" if view is None or not view.directory else f"; the node's {view.directory}"))
+    typer.echo(reading.summary() + ("" if view is None or not view.directory else f"; the node's {view.directory}"))
 
 
 @app.command("dashboard")

@@ -103,7 +103,8 @@ def member(tmp_path_factory) -> Iterator[tuple[str, str]]:
         transport.publish(make_batch(transport.peer_id, 0, get_dht_time(), run_id=RUN, model="cli-model",
                                      adapter="lora", policy_version=7))
         deadline = time.monotonic() + 30
-        while transport.peer_id not in {m.peer_id for m in read_members(bootstrap, RUN, SwarmConfig().shards)}:
+        while transport.peer_id not in {m.peer_id
+                                        for m in read_members(bootstrap, RUN, SwarmConfig().shards).members}:
             assert time.monotonic() < deadline, "the member's announcement never reached the bootstrap"
             time.sleep(0.1)
         yield maddr, transport.peer_id

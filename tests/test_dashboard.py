@@ -25,6 +25,7 @@ from ftis.node.dashboard.series import BoundedSeries, MetricsTail
 from ftis.node.dashboard.server import Content, DashboardError, check_bind, make_server
 from ftis.node.figures import declared
 from ftis.node.runner.round_report import RoundReport
+from ftis.node.swarm.directory import MembersReading
 from ftis.node.swarm.transport import Member
 from ftis.node.trainer.step_metrics import FIGURES
 
@@ -154,7 +155,7 @@ def test_the_members_keep_the_last_good_reading_and_say_why_a_read_failed(monkey
     from ftis.node.dashboard import members as members_module
 
     member = Member("QmPeer", HOSTILE, "lora", "tok", 3, 4, 500, 1.0)
-    readings = iter([[member], TimeoutError("the DHT did not answer")])
+    readings = iter([MembersReading([member], 4, 4), TimeoutError("the DHT did not answer")])
 
     def read(*_args, **_kwargs):
         reading = next(readings)

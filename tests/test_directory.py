@@ -8,9 +8,10 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils import DHTExpiration, ValueWithExpiration, get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 
-from ftis.node.swarm.directory import Directory
+from ftis.node.swarm.directory import Directory, MembersReading
 from ftis.node.swarm.identity import peer_id_of_owner
 from ftis.node.swarm.records import latest_expiration
+from ftis.node.swarm.transport import Member
 from ftis.protocol.announcement import Announcement, encode_announcement
 
 
@@ -31,3 +32,13 @@ def test_an_entry_that_outlives_any_peers_ttl_is_rejected_against_its_owner():
     assert len(reading.records) == 1 and reading.records[0] == shard.value[lasting].value
     # without a bound (a one-shot reader such as ``ftis-node status``), both are members
     assert len(Directory().read([shard]).announcements) == 2
+
+
+def test_a_sampled_reading_estimates_the_members_in_all():
+    members = [Member(f"peer-{k}", "m", "full", "tok", 0, 1, 1, 0.0) for k in range(3)]
+    assert MembersReading(members, 4, 4).summary() == "read all 4 shards of the run"
+    assert MembersReading(members, 4, 4).estimated_total == 3
+    sampled = MembersReading(members, 16, 1024)
+    assert not sampled.complete and sampled.estimated_total == 192
+    assert sampled.summary() == "read 16 of 1024 shards at random: ~192 members in all (estimated)"
+    assert MembersReading([], 1, 1).summary() == "read all 1 shard of the run"

@@ -7,6 +7,7 @@ Run: python -m pytest tests/test_sampling_hivemind.py -q      (marker ``hivemind
 ``hivemind-sampled``.)
 """
 
+import random
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from helpers.hivemind_swarm import Swarm, start_bootstrap
 from hivemind.utils import get_dht_time
 
 from ftis.node.swarm.directory import read_members
+from ftis.node.swarm.records import shard_of
 
 pytestmark = pytest.mark.hivemind
 
@@ -30,8 +32,15 @@ def test_a_budget_of_one_fetches_the_freshest_batch_first_and_the_next_once_the_
         now = get_dht_time()
         for publisher, age in zip(publishers, (30.0, 20.0, 10.0), strict=True):  # the last is the freshest
             publisher.publish(created_at=now - age)
-        swarm.wait_until(lambda: len(read_members(swarm.bootstrap, RUN, SETTINGS["shards"])) == 3,
+        swarm.wait_until(lambda: len(read_members(swarm.bootstrap, RUN, SETTINGS["shards"]).members) == 3,
                          "the three announcements are in the DHT")  # before the node reads: it sees all three
+        for seed in range(4):  # a reader sampling 4 of the 16 shards sees exactly the members of the shards it drew
+            drawn = random.Random(seed).sample(range(16), 4)
+            reading = read_members(swarm.bootstrap, RUN, 16, sample=4, rng=random.Random(seed))
+            assert {m.peer_id for m in reading.members} == {
+                p.peer_id for p in publishers if shard_of(p.peer_id, 16) in drawn}
+            assert (reading.shards_read, reading.complete) == (4, False)
+            assert reading.estimated_total == 4 * len(reading.members)
         # its first read takes every shard (a sampled first read might see the oldest alone, and fetch it first)
         (node,) = swarm.join(1, polled=False, fetch_budget=1, shards_per_poll=0)
         got = []

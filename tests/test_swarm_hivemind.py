@@ -288,7 +288,8 @@ def test_a_forged_announcement_under_another_peers_subkey_is_rejected(world):
     later = get_dht_time() + 60  # would outlive alice's renewals if it were accepted
     assert world.forger.store(key, forged, expiration_time=later, subkey=subkey) is False
     assert world.forger.store(key, b"wiped", expiration_time=later) is False  # a plain value over the whole shard
-    members = {m.peer_id: m for m in read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards)}
+    reading = read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards)
+    members = {m.peer_id: m for m in reading.members}
     assert members[alice.peer_id].model == genuine.model
     assert {m.peer_id: m for m in bob.transport.members()}[alice.peer_id].model == genuine.model
     assert BAD_ANNOUNCEMENT not in bob.rejections(alice.peer_id)
@@ -348,7 +349,7 @@ def test_records_that_would_hide_other_peers_or_outlive_their_owner_are_stored_n
             assert time.monotonic() < deadline, "no DHT peer accepted a record within the rules"
     finally:
         attacker.shutdown()
-    members = {m.peer_id for m in read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards)}
+    members = {m.peer_id for m in read_members(world.swarm.bootstrap, RUN, world.swarm.config.shards).members}
     assert alice.peer_id in members and bob.peer_id in members
 
 

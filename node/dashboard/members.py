@@ -17,7 +17,7 @@ from typing import Any
 
 import hivemind
 
-from ftis.node.swarm.directory import read_members
+from ftis.node.swarm.directory import READER_SHARDS, MembersReading, read_members
 from ftis.node.swarm.status import reached
 from ftis.node.swarm.transport import Member
 
@@ -29,6 +29,7 @@ class MembersWatch:
         self._dht, self.run_id, self._shards, self.refresh_s = dht, run_id, shards, refresh_s
         self._lock = threading.Lock()
         self._members: list[Member] = []
+        self._reading: MembersReading | None = None
         self._read_at: float | None = None  # unix seconds of the last good reading
         self._error: str | None = None  # why the last reading failed, until one succeeds
         self._stop = threading.Event()
@@ -45,18 +46,21 @@ class MembersWatch:
     def read_once(self) -> None:
         # A reading waits at most a few refresh intervals: a DHT that stopped answering shows as an error.
         try:
-            members = read_members(self._dht, self.run_id, self._shards, timeout=max(10.0, 3 * self.refresh_s))
+            reading = read_members(self._dht, self.run_id, self._shards, timeout=max(10.0, 3 * self.refresh_s),
+                                   sample=READER_SHARDS)
         except Exception as error:  # hivemind's failures are many types; each is shown, not hidden
             with self._lock:
                 self._error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             return
         with self._lock:
-            self._members, self._read_at, self._error = members, time.time(), None
+            self._members, self._reading, self._read_at, self._error = reading.members, reading, time.time(), None
 
     def state(self) -> dict[str, Any]:
         with self._lock:
-            members, read_at, error = self._members, self._read_at, self._error
+            members, reading, read_at, error = self._members, self._reading, self._read_at, self._error
         return {"run_id": self.run_id, "read_at": read_at, "error": error, "count": len(members),
+                "estimated": None if reading is None or reading.complete else reading.estimated_total,
+                "shards_read": None if reading is None else reading.summary(),
                 "members": [{**asdict(member), "reached": reached(member)} for member in members[:MAX_MEMBERS]]}
 
     def close(self) -> None:

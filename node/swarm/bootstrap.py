@@ -26,7 +26,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     started = time.monotonic() if started is None else started
     import hivemind  # noqa: F401  (the torch import inside it is most of the start-up)
 
-    from ftis.node.swarm.directory import read_members
+    from ftis.node.swarm.directory import READER_SHARDS, read_members
     from ftis.node.swarm.hivemind_transport import start_dht
     from ftis.node.swarm.p2pd_metrics import free_port, read_counters
 
@@ -61,9 +61,11 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             if time.monotonic() >= next_log:
                 next_log += log_interval_s
                 neighbours = dht.run_coroutine(_count_neighbours)
-                members = read_members(dht, config.run_id, config.shards, beam_size=config.read_beam_size or None)
+                reading = read_members(dht, config.run_id, config.shards, beam_size=config.read_beam_size or None,
+                                       sample=READER_SHARDS)
+                count = len(reading.members) if reading.complete else f"~{reading.estimated_total:,}"
                 line = (f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
-                        f"members announcing in run {config.run_id!r}: {len(members)}")
+                        f"members announcing in run {config.run_id!r}: {count}")
                 relay = read_counters(metrics_port) if config.relay_service else None
                 if relay is not None:
                     line += (f"; relay: {relay.slots_given} slots given, {relay.refusals} refused, {relay.circuits} "

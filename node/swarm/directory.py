@@ -11,6 +11,7 @@ near each key (hivemind's default, 20, when None): with ``latest=True`` every on
 answers with the whole dictionary, so a beam just wide enough to find the key's replicas costs a fraction.
 """
 
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -103,11 +104,43 @@ def read_shards(dht: hivemind.DHT, run_id: str, shards: int, only: Sequence[int]
     return dht.run_coroutine(partial(_latest_values, keys=keys, beam_size=beam_size), return_future=True)
 
 
+# Shards the readers outside the training loop (``ftis-node status``, the dashboard, the bootstrap's log line)
+# read by default: every shard of a run of up to 16, and of a larger one 16 drawn at random (~256 records at the
+# planned 16 a shard, under a megabyte), whose member count is scaled up to an estimate of the whole run's.
+READER_SHARDS = 16
+
+
+@dataclass(frozen=True)
+class MembersReading:
+    members: list[Member]  # the members announcing in the shards read, by peer id
+    shards_read: int
+    shards: int
+
+    @property
+    def complete(self) -> bool:
+        return self.shards_read == self.shards
+
+    @property
+    def estimated_total(self) -> int:
+        """The run's members: those read, scaled by the share of shards read (peers spread evenly over them)."""
+        return round(len(self.members) * self.shards / self.shards_read) if self.shards_read else 0
+
+    def summary(self) -> str:
+        """"read all 4 shards of the run", or "read 16 of 625 shards at random: ~9,994 members in all"."""
+        if self.complete:
+            return f"read all {self.shards} shard{'s' if self.shards != 1 else ''} of the run"
+        return (f"read {self.shards_read} of {self.shards} shards at random: ~{self.estimated_total:,} members "
+                f"in all (estimated)")
+
+
 def read_members(dht: hivemind.DHT, run_id: str, shards: int, timeout: float | None = None,
-                 beam_size: int | None = None) -> list[Member]:
-    """The run's members now, from every shard (blocking: for readers like ``ftis-node status`` and the dashboard;
-    in a large run that is every record, times the copies the ``beam_size`` meets: ~3 KB × N × a few);
-    ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
-    values = read_shards(dht, run_id, shards, beam_size=beam_size).result(timeout=timeout)
-    return sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
+                 beam_size: int | None = None, sample: int = 0, rng: random.Random | None = None) -> MembersReading:
+    """The run's members now (blocking: for readers like ``ftis-node status`` and the dashboard). ``sample``: read
+    that many shards drawn at random (0, or at least ``shards``: every shard; in a large run every shard is every
+    record, times the copies the ``beam_size`` meets: ~3 KB × N × a few). ``TimeoutError`` after ``timeout``
+    seconds (None: no limit)."""
+    only = None if sample <= 0 or sample >= shards else sorted((rng or random.Random()).sample(range(shards), sample))
+    values = read_shards(dht, run_id, shards, only=only, beam_size=beam_size).result(timeout=timeout)
+    members = sorted((member_of(a) for a in Directory().read(values).announcements), key=lambda m: m.peer_id)
+    return MembersReading(members, shards if only is None else len(only), shards)
 

@@ -85,6 +85,7 @@ function renderMembers(data) {
   body.replaceChildren(...rows);
   let text = `${data.count} member${data.count === 1 ? "" : "s"} announcing`;
   if (data.count > data.members.length) text += ` (the first ${data.members.length} shown)`;
+  if (data.estimated !== null && data.estimated !== undefined) text += `; ${data.shards_read}`;
   if (data.read_at !== null) text += `, read from the DHT ${ago(data.read_at)}`;
   note.className = data.error ? "error" : "quiet";
   note.textContent = data.error ? `${text}; the last read failed: ${data.error}` : text;
