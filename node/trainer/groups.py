@@ -46,6 +46,16 @@ class TrainingGroup:
         group in this node's tokens, trained per sequence beside another tokenizer's in one advantage group)."""
         return self.sequence_logprobs if self.sequence_logprobs is not None else sampler_sums(self.completions)
 
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus completion tokens of all its sequences: what a forward pass costs."""
+        return int(self.completions.lengths.sum()) + self.size * len(self.prompt_ids)
+
+    @property
+    def informative(self) -> bool:
+        """Whether its rewards differ: a group whose rewards are all equal teaches nothing."""
+        return bool(self.rewards.size) and bool(np.ptp(self.rewards) > 0)
+
 
 def sampler_sums(columns: CompletionColumns) -> np.ndarray:
     """(G,) float64: each completion's sampler log-probs summed over its tokens (0 for one without tokens)."""
