@@ -42,7 +42,8 @@ def test_every_example_demo_loads(path):
 def test_the_tokenizers_demo_is_a_character_node_and_a_bpe_node_on_one_task():
     from ftis.node.models import build_tiny_tokenizer, tokenizer_fingerprint
 
-    nodes = load_demo_config(Path(__file__).resolve().parent.parent / "examples" / "demo-tokenizers.toml").node_configs()
+    path = Path(__file__).resolve().parent.parent / "examples" / "demo-tokenizers.toml"
+    nodes = load_demo_config(path).node_configs()
     assert [node.model.name for node in nodes.values()] == ["tiny-small", "tiny-small-bpe"]
     assert len({tokenizer_fingerprint(build_tiny_tokenizer(node.model.name)) for node in nodes.values()}) == 2
     assert nodes["small"].task == nodes["small-bpe"].task  # each scores the other's completions

@@ -5,10 +5,10 @@
     record = run_cell(grid, Cell("ftis", 0), warm, CellExtras(members=[make_attacker]))  # with additions
 
 A swarm condition builds the node of each of its models (``grid.condition_models``) on one
-``LockstepSwarm``; a solo condition builds each on a swarm of its own (they still run side by side, each alone). Each round every node runs
-``Node.run_round`` in its own thread (``lockstep.py``). Greedy evaluations of every node on the
-in-distribution and OOD splits happen before round 0, after every ``eval_every`` rounds and after the
-last one, on the same fixed problems each time.
+``LockstepSwarm``; a solo condition builds each on a swarm of its own (they still run side by side, each
+alone). Each round every node runs ``Node.run_round`` in its own thread (``lockstep.py``). Greedy
+evaluations of every node on the in-distribution and OOD splits happen before round 0, after every
+``eval_every`` rounds and after the last one, on the same fixed problems each time.
 
 The record (``CELL_SCHEMA``): per node, the evaluation rounds and both accuracy curves, the
 in-distribution accuracy per skill when the task names skills (``id_skills``: carry, no-carry), and per round

@@ -22,6 +22,7 @@ Importing this package imports torch, transformers and tokenizers: import it ins
 that need a model, not at the top of the CLI.
 """
 
+from ftis.node.models.bpe_tokenizer import build_bpe_tokenizer
 from ftis.node.models.export import export_policy, load_export
 from ftis.node.models.loading import (
     LoraRankClamped,
@@ -31,7 +32,6 @@ from ftis.node.models.loading import (
     UnknownModelError,
     load_policy,
 )
-from ftis.node.models.bpe_tokenizer import build_bpe_tokenizer
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 
