@@ -3,6 +3,7 @@ skips finished cells; an interrupted grid resumes where it stopped; more seeds a
 other settings is refused. Warm starts go into a temporary cache, never the home folder."""
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers.experiment_grids import QUICK
@@ -152,3 +153,15 @@ warmup = { steps = 2, batch_size = 4, eval_problems = 4 }
     assert "| across | a, c | together |" in report
     assert "| across | a |" in report and "| across | c |" in report and "| across | b |" not in report
     assert "| across − alone | c |" in report and "| across − alone | b |" not in report
+
+
+def test_the_grid_of_tokenizers_runs_quick(tmp_path):
+    config = Path(__file__).resolve().parent.parent / "node" / "experiment" / "tokenizers.toml"
+    out = tmp_path / "tokenizers"
+    result = CliRunner().invoke(app, ["experiment", "--quick", "--config", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    grid = load_grid(config).adjusted(quick=True)
+    nodes = {cell.condition: sorted(json.loads(cell_path(out, cell).read_text())["nodes"]) for cell in grid.cells()}
+    assert nodes == {"solo": ["small", "small-bpe", "small-twin"], "xtok-pair": ["small", "small-bpe"],
+                     "same-pair": ["small", "small-twin"]}
+    assert "| xtok-pair − same-pair | small |" in (out / "report.md").read_text()
