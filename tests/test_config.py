@@ -19,7 +19,9 @@ from ftis.node.config import (
 )
 from ftis.node.loss import LOSS_VARIANTS, LossParams
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.toml"))
+# examples/demo-*.toml are settings of `ftis-node demo`, parsed in test_demo_settings.py.
+EXAMPLES = sorted(path for path in (Path(__file__).resolve().parent.parent / "examples").glob("*.toml")
+                  if not path.name.startswith("demo-"))
 
 
 def test_there_are_examples():

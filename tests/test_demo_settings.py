@@ -3,6 +3,7 @@
 
 import signal
 import tomllib
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -28,6 +29,26 @@ def test_the_packaged_demo_is_three_heterogeneous_tiny_nodes_on_arithmetic():
     assert all(node.eval.every > 0 for node in nodes.values())
     assert all(node.trainer.learning_rate <= 3e-4 for node in nodes.values())  # 1e-3 collapsed the tiny models
     assert config.demo.rounds >= 20 and config.demo.threads_per_node == 1
+
+
+DEMO_EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("demo-*.toml"))
+
+
+@pytest.mark.parametrize("path", DEMO_EXAMPLES, ids=lambda path: path.name)
+def test_every_example_demo_loads(path):
+    assert load_demo_config(path).node_configs()
+
+
+def test_the_tokenizers_demo_is_a_character_node_and_a_bpe_node_on_one_task():
+    from ftis.node.models import build_tiny_tokenizer, tokenizer_fingerprint
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "demo-tokenizers.toml"
+    nodes = load_demo_config(path).node_configs()
+    assert [node.model.name for node in nodes.values()] == ["tiny-small", "tiny-small-bpe"]
+    assert len({tokenizer_fingerprint(build_tiny_tokenizer(node.model.name)) for node in nodes.values()}) == 2
+    assert nodes["small"].task == nodes["small-bpe"].task  # each scores the other's completions
+    assert all(node.loop.mode == "rounds" and node.loop.min_peers == 1 for node in nodes.values())
+    assert nodes["small"].model.warmup == nodes["small-bpe"].model.warmup
 
 
 def test_node_tables_merge_over_common_key_by_key():

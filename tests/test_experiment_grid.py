@@ -140,3 +140,77 @@ def test_a_full_model_s_unused_lora_settings_leave_its_cells_alone(tmp_path):
     lora = MINIMAL.replace("warmup = { steps = 2 }", "warmup = { steps = 2 }\nadapter = 'lora'")
     assert load_grid(write(tmp_path, lora)).fingerprint("alone") != load_grid(
         write(tmp_path, lora.replace("adapter = 'lora'", "adapter = 'lora'\nlora_rank = 4"))).fingerprint("alone")
+
+
+# --- conditions of some of the models; the grid of tokenizers --------------------------------------------
+
+SUBSET = MINIMAL.replace("[conditions]", """[models.n]
+name = "tiny-small-bpe"
+learning_rate = 1e-4
+warmup = { steps = 2 }
+[models.o]
+name = "tiny-small"
+learning_rate = 1e-4
+warmup_seed = 3
+warmup = { steps = 2 }
+[conditions]""").replace('together = { variant = "tis" }', 'together = { variant = "tis", models = ["o", "m"] }')
+
+
+def test_a_condition_trains_the_models_it_names_in_the_grid_s_order(tmp_path):
+    grid = load_grid(write(tmp_path, SUBSET))
+    assert grid.condition_models("alone") == ["m", "n", "o"]
+    assert grid.condition_models("together") == ["m", "o"]
+    assert [c.name for c in grid.cells()] == ["alone/seed-0", "together/seed-0"]
+    # a model keeps its seed (its place in [models]) in every condition it trains in
+    assert grid.node_config("o", "together", 1, Path("x")).model.seed == grid.node_config("o", "alone", 1,
+                                                                                           Path("x")).model.seed
+    with pytest.raises(GridError, match="'n' does not train in condition 'together'"):
+        grid.node_config("n", "together", 0, Path("x"))
+    assert (grid.warmup_seed_of("m"), grid.warmup_seed_of("o")) == (grid.warmup_seed, 3)
+
+
+@pytest.mark.parametrize(("models", "message"), [
+    ('["m", "nowhere"]', r"conditions\.together\.models: no model 'nowhere' in \[models\] \(it has m, n, o\)"),
+    ('["m", "m"]', "lists a model twice"),
+    ("[]", "at least 1"),
+])
+def test_a_condition_naming_unknown_or_repeated_models_is_refused(tmp_path, models, message):
+    with pytest.raises(GridError, match=message):
+        load_grid(write(tmp_path, SUBSET.replace('models = ["o", "m"]', f"models = {models}")))
+
+
+def test_a_subset_s_fingerprint_covers_its_models_only(tmp_path):
+    grid = load_grid(write(tmp_path, SUBSET))
+    listed = load_grid(write(tmp_path, SUBSET.replace('models = ["o", "m"]', 'models = ["m", "n", "o"]')))
+    unlisted = load_grid(write(tmp_path, SUBSET.replace(', models = ["o", "m"]', "")))
+    assert listed.fingerprint("together") == unlisted.fingerprint("together")  # all of them, written out or not
+    assert grid.fingerprint("together") != unlisted.fingerprint("together")
+    other_n = load_grid(write(tmp_path, SUBSET.replace('name = "tiny-small-bpe"\nlearning_rate = 1e-4',
+                                                       'name = "tiny-small-bpe"\nlearning_rate = 3e-4')))
+    assert other_n.fingerprint("together") == grid.fingerprint("together")  # n does not train there
+    assert other_n.fingerprint("alone") != grid.fingerprint("alone")
+
+
+def test_every_built_in_tiny_model_can_be_a_grid_model():
+    from typing import get_args
+
+    from ftis.node.models import TINY_MODELS
+
+    assert set(get_args(ModelSpec.model_fields["name"].annotation)) == set(TINY_MODELS)
+
+
+def test_the_tokenizers_grid_pairs_small_with_a_bpe_peer_and_with_a_character_peer():
+    grid = load_grid(Path(__file__).parent.parent / "node" / "experiment" / "tokenizers.toml")
+    assert grid.models["small-bpe"].name == "tiny-small-bpe"
+    assert grid.models["small-twin"].name == grid.models["small"].name == "tiny-small"
+    assert grid.warmup_seed_of("small-twin") != grid.warmup_seed_of("small")  # another model, not a copy
+    for label in ("small-bpe", "small-twin"):  # the same recipe as small, but for what makes it another model
+        assert grid.models[label].warmup == grid.models["small"].warmup
+        assert grid.models[label].learning_rate == grid.models["small"].learning_rate
+    assert grid.condition_models("solo") == ["small", "small-bpe", "small-twin"]
+    assert grid.condition_models("xtok-pair") == ["small", "small-bpe"]
+    assert grid.condition_models("same-pair") == ["small", "small-twin"]
+    assert {grid.conditions[name].variant for name in ("xtok-pair", "same-pair")} == {"ftis"}
+    assert ("xtok-pair", "same-pair") in grid.comparisons
+    assert grid.node == GRID.node  # the default grid's task, generation and mix
+    assert (grid.seeds, grid.rounds, grid.eval_problems) == (GRID.seeds, GRID.rounds, GRID.eval_problems)

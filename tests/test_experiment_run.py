@@ -3,6 +3,7 @@ skips finished cells; an interrupted grid resumes where it stopped; more seeds a
 other settings is refused. Warm starts go into a temporary cache, never the home folder."""
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers.experiment_grids import QUICK
@@ -133,3 +134,34 @@ def test_the_cli_refuses_a_bad_grid_with_exit_2(tmp_path):
     config.write_text(TINY_GRID.replace('reference = "alone"', 'reference = "nowhere"'))
     result = CliRunner().invoke(app, ["experiment", "--config", str(config), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "reference" in result.output
+
+
+def test_a_condition_of_some_models_runs_those_and_the_report_shows_each(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text(TINY_GRID.replace("[conditions]", """[models.c]
+name = "tiny-small-bpe"
+learning_rate = 1e-4
+warmup = { steps = 2, batch_size = 4, eval_problems = 4 }
+[conditions]""").replace('together = { variant = "ftis" }',
+                          'together = { variant = "ftis" }\nacross = { variant = "ftis", models = ["a", "c"] }'))
+    grid = load_grid(path)
+    out = tmp_path / "subset"
+    run_experiment(grid, out, lambda line: None, "test")
+    nodes = {cell.condition: set(json.loads(cell_path(out, cell).read_text())["nodes"]) for cell in grid.cells()}
+    assert nodes == {"alone": {"a", "b", "c"}, "together": {"a", "b", "c"}, "across": {"a", "c"}}
+    report = (out / "report.md").read_text()
+    assert "| across | a, c | together |" in report
+    assert "| across | a |" in report and "| across | c |" in report and "| across | b |" not in report
+    assert "| across − alone | c |" in report and "| across − alone | b |" not in report
+
+
+def test_the_grid_of_tokenizers_runs_quick(tmp_path):
+    config = Path(__file__).resolve().parent.parent / "node" / "experiment" / "tokenizers.toml"
+    out = tmp_path / "tokenizers"
+    result = CliRunner().invoke(app, ["experiment", "--quick", "--config", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    grid = load_grid(config).adjusted(quick=True)
+    nodes = {cell.condition: sorted(json.loads(cell_path(out, cell).read_text())["nodes"]) for cell in grid.cells()}
+    assert nodes == {"solo": ["small", "small-bpe", "small-twin"], "xtok-pair": ["small", "small-bpe"],
+                     "same-pair": ["small", "small-twin"]}
+    assert "| xtok-pair − same-pair | small |" in (out / "report.md").read_text()

@@ -15,7 +15,9 @@ from ftis.node.experiment.stats import (
     condition_rows,
     early_reward,
     late_reward,
+    mean_curve,
     model_rows,
+    pair_rows,
     step_mean,
 )
 
@@ -75,6 +77,15 @@ def test_model_rows_final_auc_and_paired_differences_by_hand():
     assert (ftis.deltas["id_auc"].mean, ftis.deltas["id_auc"].std) == pytest.approx((0.05, math.sqrt(0.005)))
     # OOD finals 0.3, 0.2 against 0.1, 0.0: +0.2 both times
     assert (ftis.deltas["ood_final"].mean, ftis.deltas["ood_final"].std) == pytest.approx((0.2, 0.0))
+
+
+def test_a_condition_of_some_models_has_rows_for_those_only():
+    solo = [record("solo", 0, {"a": node([0.2, 0.3], [0.0, 0.1]), "b": node([0.1, 0.2], [0.0, 0.0])}, swarm=False)]
+    pair = [record("pair", 0, {"a": node([0.2, 0.5], [0.0, 0.3])})]  # b does not train in "pair"
+    rows = [(r.condition, r.model) for r in model_rows(solo + pair, ["solo", "pair"], ["a", "b"], "solo")]
+    assert rows == [("solo", "a"), ("solo", "b"), ("pair", "a")]
+    assert [(r.first, r.model) for r in pair_rows(solo + pair, [("pair", "solo")], ["a", "b"])] == [("pair", "a")]
+    assert mean_curve(solo + pair, "pair", "b", "id") == ([], [])
 
 
 def test_sampling_accuracy_over_the_first_and_last_quarter_of_the_rounds():

@@ -1,21 +1,30 @@
-"""The built-in tiny models: sizes, a forward pass, one shared tokenizer, weights determined by the seed."""
+"""The built-in tiny models: sizes, a forward pass, the character models' shared tokenizer, weights determined by
+the seed."""
 
 import pytest
 import torch
 
-from ftis.node.models import TINY_MODELS, build_tiny_model, build_tokenizer, load_policy, tokenizer_fingerprint
+from ftis.node.models import (
+    TINY_MODELS,
+    build_tiny_model,
+    build_tiny_tokenizer,
+    build_tokenizer,
+    load_policy,
+    tokenizer_fingerprint,
+)
 
 # Pinned: a change here changes every tiny run's numbers (and the table in tiny.py's docstring).
-PARAMETERS = {"tiny-small": 105_344, "tiny-medium": 506_112, "tiny-large": 1_939_584}
+PARAMETERS = {"tiny-small": 105_344, "tiny-medium": 506_112, "tiny-large": 1_939_584, "tiny-small-bpe": 114_432}
+CHARACTER_MODELS = ["tiny-small", "tiny-medium", "tiny-large"]  # the three sizes on the character tokenizer
 
 
 def _count(model: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def test_the_table_names_three_sizes():
+def test_the_table_names_three_sizes_and_a_bpe_model():
     assert list(TINY_MODELS) == list(PARAMETERS)
-    configs = [builder() for builder in TINY_MODELS.values()]
+    configs = [TINY_MODELS[name].config() for name in CHARACTER_MODELS]
     for field in ("hidden_size", "num_hidden_layers"):
         values = [getattr(config, field) for config in configs]
         assert values == sorted(set(values)), field  # strictly growing
@@ -26,7 +35,7 @@ def test_the_table_names_three_sizes():
 def test_parameter_count_and_forward_pass(name):
     model = build_tiny_model(name)
     assert _count(model) == PARAMETERS[name]
-    tokenizer = build_tokenizer()
+    tokenizer = build_tiny_tokenizer(name)
     batch = tokenizer(["<think>1+2=3</think>", "<answer>12</answer>"], padding=True, return_tensors="pt")
     with torch.no_grad():
         logits = model(**batch).logits
@@ -35,11 +44,13 @@ def test_parameter_count_and_forward_pass(name):
     assert not model.training
 
 
-def test_heterogeneous_sizes_share_the_tokenizer():
-    policies = [load_policy(name) for name in TINY_MODELS]
+def test_heterogeneous_sizes_share_the_tokenizer_and_the_bpe_model_has_its_own():
+    policies = [load_policy(name) for name in CHARACTER_MODELS]
     assert len({policy.fingerprint for policy in policies}) == 1
     assert policies[0].fingerprint == tokenizer_fingerprint(build_tokenizer())
-    for policy in policies:
+    bpe = load_policy("tiny-small-bpe")
+    assert bpe.fingerprint != policies[0].fingerprint
+    for policy in [*policies, bpe]:
         config = policy.model.config
         assert config.vocab_size == len(policy.tokenizer)
         assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (

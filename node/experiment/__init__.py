@@ -4,6 +4,8 @@ Files:
 - ``grid.toml``   the default grid: three heterogeneous tiny models (size, specialisation, LoRA vs full),
                   the conditions (each model solo; the swarm with nois, vis, tis, ftis, fvis; ftis with
                   horizontal grouping), seeds, rounds, evaluation, every node's settings, and ``--quick``.
+- ``tokenizers.toml`` a second grid (``--config``): a tiny-small beside a peer of another tokenizer (tiny-small-bpe)
+                  and beside one of its own, and each alone.
 - ``grid.py``     the grid's typed schema, ``load_grid``, its cells, each node's config, cell fingerprints.
 - ``lockstep.py`` a swarm's nodes stepped in lockstep in one process (threads, the in-memory transport,
                   a barrier at each publish).

@@ -4,11 +4,11 @@
     record = run_cell(grid, Cell("ftis", 0), warm)
     record = run_cell(grid, Cell("ftis", 0), warm, CellExtras(members=[make_attacker]))  # with additions
 
-A swarm condition builds every model's node on one ``LockstepSwarm``; a solo condition builds each on
-a swarm of its own (they still run side by side, each alone). Each round every node runs
-``Node.run_round`` in its own thread (``lockstep.py``). Greedy evaluations of every node on the
-in-distribution and OOD splits happen before round 0, after every ``eval_every`` rounds and after the
-last one, on the same fixed problems each time.
+A swarm condition builds the node of each of its models (``grid.condition_models``) on one
+``LockstepSwarm``; a solo condition builds each on a swarm of its own (they still run side by side, each
+alone). Each round every node runs ``Node.run_round`` in its own thread (``lockstep.py``). Greedy
+evaluations of every node on the in-distribution and OOD splits happen before round 0, after every
+``eval_every`` rounds and after the last one, on the same fixed problems each time.
 
 The record (``CELL_SCHEMA``): per node, the evaluation rounds and both accuracy curves, the
 in-distribution accuracy per skill when the task names skills (``id_skills``: carry, no-carry), and per round
@@ -58,18 +58,21 @@ class CellExtras:
 
 
 def prepare_warm_starts(grid: Grid, echo: Echo | None = None) -> dict[str, Path]:
-    """Every model's warm start, trained now (all at once, a thread each) or found in the cache:
-    {label: model folder}. Two models with one recipe share a folder (the cache's lock makes one wait)."""
+    """The warm start of every model some condition trains, trained now (all at once, a thread each) or
+    found in the cache: {label: model folder}. Two models with one recipe share a folder (the cache's lock
+    makes one wait)."""
     from ftis.node.warmup import warm_start, warmup_spec
 
     def prepare(label: str) -> Path:
         spec = grid.models[label]
-        task = grid.node_config(label, next(iter(grid.conditions)), 0, Path("model")).task
-        model = ModelConfig(name=spec.name, seed=grid.warmup_seed, warmup=spec.warmup)
+        condition = next(name for name in grid.conditions if label in grid.condition_models(name))
+        task = grid.node_config(label, condition, 0, Path("model")).task
+        model = ModelConfig(name=spec.name, seed=grid.warmup_seed_of(label), warmup=spec.warmup)
         say = (lambda line: echo(f"{label}: {line}")) if echo else None
         return warm_start(warmup_spec(model, task), spec.warmup.cache_dir, say).path
 
-    labels = list(grid.models)
+    used = {label for condition in grid.conditions for label in grid.condition_models(condition)}
+    labels = [label for label in grid.models if label in used]
     return dict(zip(labels, in_parallel([lambda label=label: prepare(label) for label in labels]), strict=True))
 
 
@@ -87,7 +90,8 @@ def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path], extras: CellExtras |
     condition = grid.conditions[cell.condition]
     if extras.members and not condition.swarm:
         raise ValueError(f"{cell.name}: extra swarm members need a swarm condition")
-    configs = {label: grid.node_config(label, cell.condition, cell.seed, warm[label]) for label in grid.models}
+    configs = {label: grid.node_config(label, cell.condition, cell.seed, warm[label])
+               for label in grid.condition_models(cell.condition)}
     first = next(iter(configs.values()))
     shared = LockstepSwarm(len(configs) + len(extras.members), first.swarm) if condition.swarm else None
     swarms: list[LockstepSwarm] = []

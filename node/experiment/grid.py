@@ -6,18 +6,21 @@
     for cell in grid.cells(): ...           # (condition, seed), seed-major: seed 0 of every condition first
     config = grid.node_config("generalist", "ftis", seed=1, model_path=warm_folder)
 
-A cell is one condition at one seed. A ``swarm`` condition trains every model together over one
+A cell is one condition at one seed. A ``swarm`` condition trains its models together over one
 in-memory swarm with its loss variant and grouping; a solo condition (``swarm = false``) trains each
-model alone. Pairing: at seed ``s`` the model at position ``i`` of ``[models]`` gets model seed
-``1000 s + i`` in every condition (its problem order, sampling seeds and LoRA initialisation), and
-every model starts from the same warm start in every cell (seeded by ``warmup_seed``, as a paper's runs
-all start from one pretrained checkpoint), so a condition and the reference differ only in what the
-condition changes.
+model alone. A condition's models are all of ``[models]``, or the ones its ``models`` list names
+(``grid.condition_models``). Pairing: at seed ``s`` the model at position ``i`` of ``[models]`` gets
+model seed ``1000 s + i`` in every condition it is in (its problem order, sampling seeds and LoRA
+initialisation), and every model starts from the same warm start in every cell (seeded by the model's
+``warmup_seed``, else the grid's, as a paper's runs all start from one pretrained checkpoint), so a
+condition and the reference differ only in what the condition changes.
 
-A cell's *fingerprint* hashes everything that decides its result (the node settings, the models but a
-full model's unused LoRA settings, the condition, rounds, evaluation, the warm-up seed) but not the
-number of seeds nor the other conditions: more seeds or another condition later reuse the cells already
-done, while a cell of other settings is never mistaken for one of these.
+A cell's *fingerprint* hashes everything that decides its result (the node settings, the condition's
+models but a full model's unused LoRA settings, the condition, rounds, evaluation, the warm-up seed) but
+not the number of seeds nor the other conditions: more seeds or another condition later reuse the cells
+already done, while a cell of other settings is never mistaken for one of these. Settings left at a
+default that did not always exist (a condition of every model, a model without its own warm-up seed) are
+left out of the hash, so the cells of grids written before them stay valid.
 """
 
 import hashlib
@@ -56,13 +59,18 @@ class ModelSpec(Section):
     """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic. Its
     adapter settings are the node's ``[model]`` fields (same defaults, constraints and descriptions)."""
 
-    name: Literal["tiny-small", "tiny-medium", "tiny-large"] = Field(description="The built-in tiny model.")
+    name: Literal["tiny-small", "tiny-medium", "tiny-large", "tiny-small-bpe"] = Field(
+        description="The built-in tiny model (``tiny-small-bpe``: tiny-small on the BPE tokenizer).")
     adapter: Literal["full", "lora"] = _NODE_MODEL["adapter"]
     lora_rank: int = _NODE_MODEL["lora_rank"]
     lora_alpha: float = _NODE_MODEL["lora_alpha"]
     learning_rate: float = Field(gt=0, description="AdamW learning rate of its GRPO steps.")
     warmup: WarmupConfig = Field(description="Its supervised warm start; ``arithmetic`` sets its data mix "
                                  "(a specialist's differs from the generalist's).")
+    warmup_seed: int | None = Field(
+        None, description="Seeds its warm start (initial weights and training order) instead of the grid's "
+        "``warmup_seed``: two models of one recipe become two independent models."
+    )
 
     @model_validator(mode="after")
     def _warmed(self) -> "ModelSpec":
@@ -82,6 +90,10 @@ class Condition(Section):
     )
     node: dict[str, Any] = Field(
         default_factory=dict, description="Node settings laid over the grid's [node] for this condition only."
+    )
+    models: list[str] | None = Field(
+        None, min_length=1, description="The labels of [models] that train in this condition (each keeps its "
+        "model seed, from its place in [models]); unset: all of them."
     )
 
     @model_validator(mode="after")
@@ -127,6 +139,14 @@ class Grid(Section):
             for name in names:
                 if not re.match(NAME_PATTERN, name):
                     raise ValueError(f"{kind} name {name!r} must match {NAME_PATTERN} (it names files)")
+        for name, condition in self.conditions.items():
+            chosen = condition.models or []
+            unknown = [label for label in chosen if label not in self.models]
+            if unknown:
+                raise ValueError(f"conditions.{name}.models: no model {', '.join(map(repr, unknown))} in [models] "
+                                 f"(it has {', '.join(self.models)})")
+            if len(set(chosen)) != len(chosen):
+                raise ValueError(f"conditions.{name}.models lists a model twice")
         for pair in self.comparisons:
             unknown = [name for name in pair if name not in self.conditions]
             if unknown:
@@ -164,12 +184,25 @@ class Grid(Section):
         """Every (condition, seed), seed-major: an interrupted grid has whole seeds to compare."""
         return [Cell(condition, seed) for seed in range(self.seeds) for condition in self.conditions]
 
+    def condition_models(self, condition: str) -> list[str]:
+        """The labels of the models that train in ``condition``, in the order of ``[models]``."""
+        chosen = self.conditions[condition].models
+        return [label for label in self.models if chosen is None or label in chosen]
+
     def model_seed(self, label: str, seed: int) -> int:
         return SEED_STRIDE * seed + list(self.models).index(label)
 
+    def warmup_seed_of(self, label: str) -> int:
+        """The seed of model ``label``'s warm start: its own ``warmup_seed``, else the grid's."""
+        own = self.models[label].warmup_seed
+        return self.warmup_seed if own is None else own
+
     def node_config(self, label: str, condition: str, seed: int, model_path: Path) -> NodeConfig:
         """The config of model ``label``'s node in cell (``condition``, ``seed``), loading its warm start
-        from ``model_path``. Raises ``GridError`` when the settings do not make a valid node config."""
+        from ``model_path``. Raises ``GridError`` when the settings do not make a valid node config, or
+        when the model does not train in that condition."""
+        if label not in self.condition_models(condition):
+            raise GridError(f"model {label!r} does not train in condition {condition!r}")
         spec, cond = self.models[label], self.conditions[condition]
         data = merged(self.node, cond.node)
         data = merged(data, {
@@ -191,14 +224,20 @@ class Grid(Section):
         for spec in decisive["models"].values():
             if spec["adapter"] != "lora":  # unused: a change of the node's LoRA defaults leaves these cells alone
                 del spec["lora_rank"], spec["lora_alpha"]
-        decisive["condition"] = self.conditions[condition].model_dump(mode="json")
+            if spec["warmup_seed"] is None:  # the grid's, which is hashed already
+                del spec["warmup_seed"]
+        decisive["condition"] = self.conditions[condition].model_dump(mode="json", exclude={"models"})
+        chosen = self.condition_models(condition)
+        if chosen != list(self.models):  # a subset: its models, and their places (which set their seeds)
+            decisive["models"] = {label: decisive["models"][label] for label in chosen}
+            decisive["model_seeds"] = {label: self.model_seed(label, 0) for label in chosen}
         blob = json.dumps(decisive, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def check_node_configs(self) -> None:
         """Build every node config once (with a stand-in model path), so a bad setting fails before any run."""
         for condition in self.conditions:
-            for label in self.models:
+            for label in self.condition_models(condition):
                 self.node_config(label, condition, 0, Path("model"))
 
 

@@ -79,7 +79,8 @@ def render(grid: Grid, records: list[Record], command: str) -> str:
                     ("mean", f"{split}_auc"), (f"Δ mean vs {ref}", f"{split}_auc", True)),
             "",
         ]
-    skills = {label: weakest_skill(records[0]["nodes"][label]) for label in grid.models}
+    skills = {label: next((weakest_skill(r["nodes"][label]) for r in records if label in r["nodes"]), None)
+              for label in grid.models}
     if any(skills.values()):
         named = ", ".join(f"{label}: {skill}" for label, skill in skills.items() if skill)
         lines += [
@@ -152,7 +153,7 @@ def render(grid: Grid, records: list[Record], command: str) -> str:
 
 
 def _setup(grid: Grid, records: list[Record]) -> list[str]:
-    first = grid.node_config(next(iter(grid.models)), grid.reference, 0, Path("model"))
+    first = grid.node_config(grid.condition_models(grid.reference)[0], grid.reference, 0, Path("model"))
     gen, task = first.generation, first.task
     lines = [
         "## Set-up",
@@ -168,8 +169,9 @@ def _setup(grid: Grid, records: list[Record]) -> list[str]:
         "receive policy as the hivemind swarm, no network), stepped in lockstep: each round every node "
         "generates and publishes, then trains on its peers' batches of the same round. Fast, and reproducible "
         "up to floating-point summation order.",
-        f"- Pairing: every model starts every cell from one warm start (seed {grid.warmup_seed}); at seed s, "
-        "each model's sampling, prompt order and LoRA initialisation are seeded the same in every condition.",
+        f"- Pairing: every model starts every cell from one warm start (seed {grid.warmup_seed} unless the table "
+        "says otherwise); at seed s, each model's sampling, prompt order and LoRA initialisation are seeded the "
+        "same in every condition it trains in.",
         "",
         "| model | base | adapter | GRPO lr | warm-up | warm-up data mix |",
         "|---|---|---|---|---|---|",
@@ -180,12 +182,16 @@ def _setup(grid: Grid, records: list[Record]) -> list[str]:
         if w.no_carry_share:
             mix = f"{mix}, {w.no_carry_share:.0%} redrawn without a carry"
         stop = f", stop at dev ≥ {w.stop_accuracy:.0%} (checked every {w.check_every})" if w.stop_accuracy else ""
+        if spec.warmup_seed is not None:
+            stop += f", seed {spec.warmup_seed}"
         lines.append(f"| {label} | {spec.name} | {spec.adapter}"
                      f"{f' (r {spec.lora_rank}, α {spec.lora_alpha:g})' if spec.adapter == 'lora' else ''} | "
                      f"{spec.learning_rate:g} | ≤ {w.steps} steps, {w.schedule} lr {w.learning_rate:g}{stop} | {mix} |")
-    lines += ["", "| condition | trains | loss variant | grouping | node settings changed |", "|---|---|---|---|---|"]
+    lines += ["", "| condition | models | trains | loss variant | grouping | node settings changed |",
+              "|---|---|---|---|---|---|"]
     for name, cond in grid.conditions.items():
-        lines.append(f"| {name} | {'together' if cond.swarm else 'each model alone'} | `{cond.variant}` | "
+        models = "all" if cond.models is None else ", ".join(grid.condition_models(name))
+        lines.append(f"| {name} | {models} | {'together' if cond.swarm else 'each model alone'} | `{cond.variant}` | "
                      f"{cond.grouping} | {cond.node or '—'} |")
     if records:
         seconds = sum(record["wall_seconds"] for record in records)

@@ -140,15 +140,20 @@ def by_cell(records: Iterable[Record]) -> dict[tuple[str, int], Record]:
     return {(record["condition"], record["seed"]): record for record in records}
 
 
+def trains_in(cells: dict[tuple[str, int], Record], condition: str, model: str) -> bool:
+    """Whether ``model`` has a node in the finished cells of ``condition`` (a condition may train a subset)."""
+    return any(c == condition and model in record["nodes"] for (c, _), record in cells.items())
+
+
 def model_rows(records: Iterable[Record], conditions: Sequence[str], models: Sequence[str],
                reference: str) -> list[ModelRow]:
-    """One row per condition × model, in the given orders, for the conditions that have cells."""
+    """One row per condition × model, in the given orders, for the models each condition's cells have."""
     cells = by_cell(records)
     rows = []
     for condition in conditions:
-        if not any(c == condition for (c, _) in cells):
-            continue
         for model in models:
+            if not trains_in(cells, condition, model):
+                continue
             values, deltas = {}, {}
             for name, measure in MEASURES.items():
                 mine = per_seed(cells, condition, model, measure)
@@ -169,14 +174,13 @@ class PairRow:
 
 
 def pair_rows(records: Iterable[Record], pairs: Sequence[tuple[str, str]], models: Sequence[str]) -> list[PairRow]:
-    """One row per (first, second) pair × model, for the pairs both of whose conditions have cells."""
+    """One row per (first, second) pair × model, for the models both conditions' cells have."""
     cells = by_cell(records)
-    present = {condition for condition, _ in cells}
     rows = []
     for first, second in pairs:
-        if first not in present or second not in present:
-            continue
         for model in models:
+            if not (trains_in(cells, first, model) and trains_in(cells, second, model)):
+                continue
             deltas = {}
             for name, measure in MEASURES.items():
                 mine, theirs = per_seed(cells, first, model, measure), per_seed(cells, second, model, measure)
@@ -187,8 +191,9 @@ def pair_rows(records: Iterable[Record], pairs: Sequence[tuple[str, str]], model
 
 def per_seed(cells: dict[tuple[str, int], Record], condition: str, model: str,
              measure: Callable[[Record], float]) -> dict[int, float]:
-    """{seed: ``measure`` of the model's node} over the condition's cells."""
-    return {seed: measure(record["nodes"][model]) for (c, seed), record in cells.items() if c == condition}
+    """{seed: ``measure`` of the model's node} over the condition's cells that have it."""
+    return {seed: measure(record["nodes"][model]) for (c, seed), record in cells.items()
+            if c == condition and model in record["nodes"]}
 
 
 def condition_rows(records: Iterable[Record], conditions: Sequence[str]) -> list[ConditionRow]:
@@ -222,7 +227,8 @@ def condition_rows(records: Iterable[Record], conditions: Sequence[str]) -> list
 def mean_curve(records: Iterable[Record], condition: str, model: str,
                split: str) -> tuple[list[int], list[Spread]]:
     """Evaluation rounds, and per round the accuracy's spread over seeds (for plots)."""
-    curves = [record["nodes"][model] for record in records if record["condition"] == condition]
+    curves = [record["nodes"][model] for record in records
+              if record["condition"] == condition and model in record["nodes"]]
     if not curves:
         return [], []
     rounds = curves[0]["eval_rounds"]

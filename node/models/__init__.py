@@ -4,8 +4,11 @@ Files:
 - ``tokenizer.py``  the built-in character-level tokenizer of the tiny models (made with ``tokenizers``,
                     no download) and ``tokenizer_fingerprint``, the hash that says whether two
                     tokenizers map text to the same ids.
+- ``bpe_tokenizer.py`` the second built-in tokenizer: a BPE over the same characters with written-out merges
+                    (digit pairs, prompt words), whose ids and token counts differ from the first's.
 - ``tiny.py``       ``TINY_MODELS``: ``tiny-small``, ``tiny-medium``, ``tiny-large`` (0.1M, 0.5M, 1.9M
-                    parameters), random weights from a seed, sharing the built-in tokenizer.
+                    parameters) on the character tokenizer, and ``tiny-small-bpe`` (tiny-small's shape on
+                    the BPE tokenizer); random weights from a seed.
 - ``stand_in.py``   ``build_stand_in``: a real tokenizer's whole vocabulary (Qwen2's 151,936 tokens) on a tiny
                     random network, saved as a local model folder; ``real_tokenizer_folder``: where
                     ``.ci/tokenizers`` put the real tokenizers.
@@ -19,6 +22,7 @@ Importing this package imports torch, transformers and tokenizers: import it ins
 that need a model, not at the top of the CLI.
 """
 
+from ftis.node.models.bpe_tokenizer import build_bpe_tokenizer
 from ftis.node.models.export import export_policy, load_export
 from ftis.node.models.loading import (
     LoraRankClamped,
@@ -28,7 +32,7 @@ from ftis.node.models.loading import (
     UnknownModelError,
     load_policy,
 )
-from ftis.node.models.tiny import TINY_MODELS, build_tiny_model
+from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 
 __all__ = [
@@ -38,7 +42,9 @@ __all__ = [
     "NotAModelError",
     "Policy",
     "UnknownModelError",
+    "build_bpe_tokenizer",
     "build_tiny_model",
+    "build_tiny_tokenizer",
     "build_tokenizer",
     "export_policy",
     "load_export",

@@ -6,7 +6,8 @@
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
 
 Which source ``model`` names, in this order:
-1. a name in ``TINY_MODELS`` (``tiny-small``, ``tiny-medium``, ``tiny-large``): built in code from ``seed``;
+1. a name in ``TINY_MODELS`` (``tiny-small``, ``tiny-medium``, ``tiny-large``, ``tiny-small-bpe``): built in
+   code from ``seed``, with its built-in tokenizer;
 2. an existing folder: a full model (``config.json``, as ``save_pretrained`` writes) or a LoRA adapter
    (``adapter_config.json``, as ``export.py`` writes). An adapter's base is the ``base/`` folder beside
    it when there is one, otherwise the model its ``base_model_name_or_path`` names;
@@ -42,8 +43,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from ftis.node.models.quiet import no_progress_bars
 from ftis.node.models.seeding import seeded
-from ftis.node.models.tiny import TINY_MODELS, build_tiny_model
-from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
+from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
+from ftis.node.models.tokenizer import tokenizer_fingerprint
 
 Adapter = Literal["full", "lora"]
 Dtype = Literal["float32", "bfloat16", "float16", "auto"] | torch.dtype
@@ -144,7 +145,8 @@ def _load(model: str, *, dtype: Dtype, seed: int, revision: str | None, trainabl
     """Model and tokenizer from whichever source ``model`` names (module docstring, steps 1–4)."""
     if model in TINY_MODELS:
         tiny_dtype = torch.float32 if dtype == "auto" else _torch_dtype(dtype)
-        return _Loaded(build_tiny_model(model, seed=seed).to(tiny_dtype), build_tokenizer(), hub_id=None)
+        network = build_tiny_model(model, seed=seed).to(tiny_dtype)
+        return _Loaded(network, build_tiny_tokenizer(model), hub_id=None)
     path = Path(model).expanduser()
     if path.exists():
         if (path / "adapter_config.json").is_file():
