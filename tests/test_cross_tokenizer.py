@@ -10,7 +10,7 @@ Run: python -m pytest tests/test_cross_tokenizer.py -q
 import numpy as np
 import pytest
 import torch
-from helpers.nodes import DigitTask
+from helpers.nodes import DigitTask, make_node
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -25,6 +25,7 @@ from ftis.node.models.tokenizer import (
     build_tokenizer,
     tokenizer_fingerprint,
 )
+from ftis.node.swarm.memory import MemoryHub
 from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.packing import micro_batches
@@ -175,3 +176,23 @@ def test_a_lying_generator_log_prob_is_bounded_by_the_truncation_and_the_filter(
         assert step.truncated_fraction == 0
     else:  # an absurdly small π_gen(y): every completion's weight is truncated to C
         assert step.truncated_fraction == 1.0 and step.is_weight_max == pytest.approx(2.0)
+
+
+def test_nodes_of_two_tokenizers_train_on_each_others_texts_per_sequence():
+    """A character node and a BPE node on one in-memory hub: each uses the other's groups per sequence, and a
+    node that skips other tokenizers never receives them."""
+    hub = MemoryHub()
+    char, bpe = make_node(hub, "char"), make_node(hub, "bpe", model="tiny-small-bpe")
+    skipping = make_node(hub, "skip", swarm={"other_tokenizers": "skip"})
+    assert char.policy.fingerprint != bpe.policy.fingerprint
+    reports = {name: [] for name in ("char", "bpe", "skip")}
+    for _ in range(3):
+        for name, node in (("char", char), ("bpe", bpe), ("skip", skipping)):
+            reports[name].append(node.run_round())
+    assert reports["bpe"][-1].peer_use == {"char": "sequence", "skip": "sequence"}
+    assert reports["char"][-1].peer_use == {"bpe": "sequence", "skip": "token"}
+    assert set(reports["skip"][-1].peer_use) == {"char"}  # the BPE node's batches were never delivered
+    for name in ("char", "bpe"):
+        steps = [r.step for r in reports[name] if r.step.sequence_groups]
+        assert steps and all(s.trained and np.isfinite(s.loss) and s.is_weight_max <= 2.0 for s in steps), name
+    assert skipping.transport.stats().rejections.get(("bpe", "tokenizer"), 0) >= 1

@@ -2,6 +2,7 @@
 (or any transport: ``build_node``)."""
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ftis.node.config import NodeConfig
 from ftis.node.generation import make_generator
@@ -42,8 +43,9 @@ def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: 
               **sections: dict) -> Node:
     """A node on ``hub`` training ``model`` on ``DigitTask``; ``sections`` override config sections."""
     config = node_config(model, adapter, seed, **sections)
+    limits = replace(LIMITS, other_tokenizers=config.swarm.inbox_limits().other_tokenizers)
     return build_node(config, lambda fingerprint: MemoryTransport(hub, config.swarm.run_id, peer_id, fingerprint,
-                                                                  LIMITS))
+                                                                  limits))
 
 
 def node_config(model: str = "tiny-small", adapter: str = "full", seed: int = 0, **sections: dict) -> NodeConfig:
