@@ -122,7 +122,9 @@ class CompletionColumns:
     def from_completions(cls, completions: tuple[Completion, ...]) -> "CompletionColumns":
         """Columns from ``Completion`` objects; ``EncodeError`` (field ``completions[c]...``) for a
         completion whose parts are not 1-D arrays of matching length, a non-numeric reward, an unknown
-        finish reason, or a text that is not a string where others have one (texts: every completion or none). Values (id ranges, log-prob signs) are checked by ``encode``, over whole columns."""
+        finish reason, or a text that is not a string where others have one (texts: every completion or
+        none). Values (id ranges, log-prob signs, texts' UTF-8 and length) are checked by ``encode``, over
+        whole columns."""
         ids: list[np.ndarray] = []
         logprobs: list[np.ndarray] = []
         for c, completion in enumerate(completions):
@@ -139,7 +141,8 @@ class CompletionColumns:
                 raise EncodeError(f"completions[{c}].finish_reason", f"must be one of {FINISH_REASONS}")
             if (completion.text is None) != (completions[0].text is None) or not (
                     completion.text is None or isinstance(completion.text, str)):
-                raise EncodeError(f"completions[{c}].text", "must be a string in every completion of a group, or in none")
+                raise EncodeError(f"completions[{c}].text",
+                                  "must be a string in every completion of a group, or in none")
             ids.append(token_ids.astype(np.int64, copy=False))
             exact = sampler_logprobs.dtype.kind == "f"  # float64 stays float64: quantized from the given values
             logprobs.append(sampler_logprobs if exact else sampler_logprobs.astype(np.float32))
