@@ -36,6 +36,7 @@ from ftis.protocol import (
     encode,
 )
 from ftis.protocol.limits import LOGPROB_STEP, MAX_TEXT_BYTES_PER_TOKEN, MAX_TEXT_SLACK_BYTES
+from ftis.protocol.summary import summarize
 
 columns_module = importlib.import_module("ftis.protocol.columns")
 
@@ -378,3 +379,10 @@ def test_every_corrupt_byte_of_the_frame_is_refused():
         corrupt = bytearray(FRAME)
         corrupt[i] ^= 0x5A
         assert decode_error(with_texts({**texts, "data": bytes(corrupt)})).field == "body.texts.data", i
+
+
+def test_the_summary_says_whether_a_batch_carries_texts():
+    rows = dict(summarize(decode(VALID), len(VALID)))
+    assert rows["texts"] == f"{sum(len(t.encode()) for g in SHAPE for _, t in g)} bytes of UTF-8 in 5 completions"
+    bare = encode(make_batch([[(n, None) for n, _ in group] for group in SHAPE]))
+    assert dict(summarize(decode(bare), len(bare)))["texts"].startswith("none")
