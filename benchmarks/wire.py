@@ -43,9 +43,15 @@ Method:
    ``Completion`` object (decoding itself leaves a group's completions as columns); "zstd" inflates
    the token column alone, the floor for any decoder of this format, for scale. ``encode`` (which
    validates by decoding what it made) is the median.
+8. Texts (protocol v3): every completion also carries its text (the solution as its tokenizer decodes it,
+   special tokens left out), what a peer with another tokenizer needs. "texts" is what the text column adds
+   to the whole message, per completion token: the message with texts minus the same message without; the
+   other columns and the timings are of messages without texts, as before. "raw" is the texts' UTF-8 bytes
+   before compression, for scale.
 """
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -176,11 +182,14 @@ def plan_batches(problems: list[Problem], prompts: list[np.ndarray], num_batches
 
 
 def build_batch(seq: int, plan: list[GroupPlan], solutions: list[np.ndarray], id_map: np.ndarray,
-                logprobs: Callable[[int], np.ndarray], tokenizer: TokenizerInfo = SYNTHETIC_TOKENIZER) -> RolloutBatch:
+                logprobs: Callable[[int], np.ndarray], tokenizer: TokenizerInfo = SYNTHETIC_TOKENIZER,
+                texts: list[str] | None = None) -> RolloutBatch:
+    """A batch of ``plan``'s groups; with ``texts`` (one per solution), each completion carries its text."""
     groups = []
     for g, group in enumerate(plan):
         completions = tuple(
-            Completion(id_map[solutions[s]], logprobs(s), reward=float(c % 3 == 0), finish_reason="stop")
+            Completion(id_map[solutions[s]], logprobs(s), reward=float(c % 3 == 0), finish_reason="stop",
+                       text=texts[s] if texts is not None else None)
             for c, s in enumerate(group.solutions)
         )
         task = TaskRef("gsm8k", "test", group.problem.index, group.problem.answer)
@@ -206,7 +215,9 @@ class CaseResult:
     column_bytes: int = 0  # protocol v1's token column
     column_id_bytes: int = 0  # its ids and its log-probs compressed apart: where the bytes go
     column_lp_bytes: int = 0
-    message_bytes: int = 0  # whole encoded messages
+    message_bytes: int = 0  # whole encoded messages, without texts
+    text_bytes: int = 0  # what the text column adds to them (v3)
+    text_raw_bytes: int = 0  # the texts' UTF-8 bytes
     plain_bytes: int = 0  # uint32 ids + float32 log-probs, packed
     plain_zstd_bytes: int = 0
     max_error: float = 0.0
@@ -227,6 +238,11 @@ class CaseResult:
 
     def per_token(self, num_bytes: int) -> float:
         return num_bytes / self.completion_tokens
+
+    @property
+    def texts_slowdown(self) -> float:
+        """How much longer decoding takes when the batch carries texts (fastest calls)."""
+        return self._total("texts") / self._total("decode") - 1
 
     @property
     def decode_mb_s(self) -> float:
@@ -264,9 +280,22 @@ def token_arrays(batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.concatenate([c.sampler_logprobs for c in completions])
 
 
+def without_texts(batch: RolloutBatch) -> RolloutBatch:
+    groups = tuple(Group.from_columns(g.group_id, g.task, g.prompt_ids, dataclasses.replace(g.columns, texts=None))
+                   for g in batch.groups)
+    return dataclasses.replace(batch, groups=groups)
+
+
 def measure_sizes(result: CaseResult, batch: RolloutBatch) -> None:
+    """The sizes of ``batch`` (which carries texts) and of the same batch without texts."""
     zstd = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
+    texted = encode(batch)
+    assert [c.text for g in decode(texted).groups for c in g.completions] == [
+        c.text for g in batch.groups for c in g.completions], "texts changed in a round trip"
+    result.text_raw_bytes += sum(len(t.encode()) for g in batch.groups for t in g.columns.texts or ())
+    batch = without_texts(batch)
     data = encode(batch)
+    result.text_bytes += len(texted) - len(data)
     ids, lps = token_arrays(batch)
     got_ids, got_lps = token_arrays(decode(data))
     assert np.array_equal(ids, got_ids), "ids changed in a round trip"
@@ -285,8 +314,9 @@ def measure_sizes(result: CaseResult, batch: RolloutBatch) -> None:
 
 @dataclass
 class Timing:
-    """Seconds for one call on one batch: encode (median), decode (median and best), decode that also
-    builds every Completion object (best), and inflating the token column alone (best)."""
+    """Seconds for one call on one batch without texts: encode (median), decode (median and best), decode
+    that also builds every Completion object (best), and inflating the token column alone (best); and
+    decoding the same batch with its texts (best)."""
 
     payload_bytes: int
     tokens: int
@@ -295,10 +325,12 @@ class Timing:
     decode: float
     objects: float
     zstd: float
+    texts: float
 
     @classmethod
-    def of(cls, batch: RolloutBatch, encode_repeats: int, decode_repeats: int) -> "Timing":
-        data = encode(batch)
+    def of(cls, texted: RolloutBatch, encode_repeats: int, decode_repeats: int) -> "Timing":
+        batch = without_texts(texted)
+        data, with_texts = encode(batch), encode(texted)
         column = msgpack.unpackb(data)["body"]["tokens"]["data"]
         inflater = zstandard.ZstdDecompressor()
         decode_times = call_seconds(lambda: decode(data), decode_repeats)
@@ -310,15 +342,17 @@ class Timing:
             decode=min(decode_times),
             objects=min(call_seconds(lambda: [g.completions for g in decode(data).groups], decode_repeats)),
             zstd=min(call_seconds(lambda: inflater.decompress(column), decode_repeats)),
+            texts=min(call_seconds(lambda: decode(with_texts), decode_repeats)),
         )
 
 
 def print_table(results: list[CaseResult]) -> None:
     rows = [(
-        "ids", "log-probs", "v1 column (ids+lps)", "paper", "plain", "plain+zstd", "v1 msg", "max |err|",
-        "encode", "decode", "decode", "median", "+objects", "zstd", "goals",
+        "ids", "log-probs", "v1 column (ids+lps)", "paper", "plain", "plain+zstd", "v1 msg", "texts (raw)",
+        "max |err|", "encode", "decode", "decode", "median", "+objects", "zstd", "+texts", "goals",
     ), (
-        "", "", "B/tok", "B/tok", "B/tok", "B/tok", "B/tok", "", "MB/s", "MB/s", "Mtok/s", "MB/s", "MB/s", "MB/s", "",
+        "", "", "B/tok", "B/tok", "B/tok", "B/tok", "B/tok", "B/tok", "", "MB/s", "MB/s", "Mtok/s", "MB/s", "MB/s",
+        "MB/s", "time", "",
     )]  # fmt: skip
     for r in results:
         b = r.per_token
@@ -326,9 +360,10 @@ def print_table(results: list[CaseResult]) -> None:
         rows.append((
             r.ids, r.stream, f"{b(r.column_bytes):.2f} ({b(r.column_id_bytes):.2f}+{b(r.column_lp_bytes):.2f})",
             "8.00", f"{b(r.plain_bytes):.2f}", f"{b(r.plain_zstd_bytes):.2f}", f"{b(r.message_bytes):.2f}",
-            f"{r.max_error:.2e}", f"{r.mb_s('encode', best=False):.1f}", f"{r.decode_mb_s:.1f}",
+            f"+{b(r.text_bytes):.2f} ({b(r.text_raw_bytes):.2f})", f"{r.max_error:.2e}",
+            f"{r.mb_s('encode', best=False):.1f}", f"{r.decode_mb_s:.1f}",
             f"{r.mtok_s('decode'):.1f}", f"{r.mb_s('decode_median', best=False):.1f}",
-            f"{r.mb_s('objects'):.1f}", f"{r.mb_s('zstd'):.0f}",
+            f"{r.mb_s('objects'):.1f}", f"{r.mb_s('zstd'):.0f}", f"+{r.texts_slowdown:.0%}",
             "pass" if not failures else "FAIL " + ",".join(failures),
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -338,6 +373,8 @@ def print_table(results: list[CaseResult]) -> None:
         print(" | ".join(cells).rstrip())
         if n == 1:
             print("-+-".join("-" * w for w in widths))
+    print("texts: what each completion's text (v3) adds to the whole message; raw: their UTF-8 bytes uncompressed; "
+          "+texts time: decoding the message with texts against without (fastest calls)")
     print(f"goals: v1 column ≤ {GOAL_BYTES_PER_TOKEN} B/token (real Qwen2 tokenizer: ≤ {GOAL_REAL_BYTES_PER_TOKEN}), "
           f"max |err| ≤ {GOAL_MAX_ERROR}, "
           f"decode ≥ {GOAL_DECODE_MB_S:.0f} MB/s of payload on one core")
@@ -371,6 +408,7 @@ class RealRollouts:
 
     tokenizer: TokenizerInfo
     solutions: list[np.ndarray]  # the completions' ids, <|im_end|> last
+    texts: list[str]  # the completions' ids decoded without special tokens
     ngram: list[np.ndarray]
     plans: list[list[GroupPlan]]
 
@@ -389,7 +427,8 @@ def real_rollouts(tokenizer, train: list[Problem], rollout: list[Problem], num_b
     bigram = BigramModel(completions(train), vocab, NGRAM_K)
     solutions = completions(rollout)
     prompts = [prompt_ids(tokenizer, tag_prompt(p.question, ANSWER_HINT), chat=True) for p in rollout]
-    return RealRollouts(TokenizerInfo(tokenizer_fingerprint(tokenizer), vocab), solutions,
+    texts = tokenizer.batch_decode(solutions, skip_special_tokens=True)
+    return RealRollouts(TokenizerInfo(tokenizer_fingerprint(tokenizer), vocab), solutions, texts,
                         [bigram.logprobs(s) for s in solutions], plan_batches(rollout, prompts, num_batches))
 
 
@@ -413,6 +452,7 @@ def main() -> None:
 
     bigram = BigramModel(tokenize([p.solution for p in train]), vocab, NGRAM_K)
     solutions = tokenize([p.solution for p in rollout])
+    solution_texts = [p.solution for p in rollout]  # what the byte-level BPE decodes each solution's ids to
     ngram = [bigram.logprobs(s) for s in solutions]
     plans = plan_batches(rollout, tokenize([p.question for p in rollout]), num_batches)
     scattered = np.random.default_rng(0).permutation(QWEN_VOCAB_SIZE)[:vocab]
@@ -439,7 +479,7 @@ def main() -> None:
         for stream_name, stream in streams.items():
             result = CaseResult(layout_name, stream_name)
             for seq, plan in enumerate(plans):
-                batch = build_batch(seq, plan, solutions, id_map, stream)
+                batch = build_batch(seq, plan, solutions, id_map, stream, texts=solution_texts)
                 measure_sizes(result, batch)
                 if seq < timed:
                     timed_batches.append((result, batch))
@@ -457,7 +497,7 @@ def main() -> None:
             result = CaseResult("Qwen2 tokenizer", stream_name, goal_bytes=GOAL_REAL_BYTES_PER_TOKEN)
             for seq, plan in enumerate(real.plans):
                 batch = build_batch(seq, plan, real.solutions, np.arange(real.tokenizer.vocab_size), stream,
-                                    real.tokenizer)
+                                    real.tokenizer, real.texts)
                 measure_sizes(result, batch)
                 if seq < timed:
                     timed_batches.append((result, batch))

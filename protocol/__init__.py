@@ -3,9 +3,12 @@ nor hivemind, so a dashboard or another implementation can use it alone.
 
 Files:
 - ``schema.py``   the decoded form: ``RolloutBatch`` → ``Group`` → ``Completion``, and their parts.
-- ``decode.py``   ``decode``, strict and total, and the wire layout of v1.
+- ``decode.py``   ``decode``, strict and total, and the wire layout of a batch (v1 to v3).
 - ``encode.py``   ``encode``, which validates by decoding what it produced.
-- ``columns.py``  the compressed token column: packed ids and quantised sampler log-probs, one zstd frame.
+- ``columns.py``  the compressed token column: packed ids and quantised sampler log-probs, one zstd frame; the
+                  format's one zstd code path.
+- ``texts.py``    the text column (v3, optional): each completion's text, UTF-8, bounded per token, one zstd frame.
+- ``announcement.py``  what a peer lists in the DHT about itself and its recent batches.
 - ``reader.py``   typed, strict access to decoded msgpack maps, naming each field's path.
 - ``limits.py``   every limit and constant of the format, named.
 - ``errors.py``   ``ProtocolError`` and its two kinds, ``DecodeError`` and ``EncodeError``.

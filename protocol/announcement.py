@@ -1,12 +1,12 @@
 """Announcements: what a peer says about itself and its recent batches in the DHT.
 
-Wire form: ``{"v": 2, "kind": "announcement", "body": {...}}`` with
+Wire form: ``{"v": 3, "kind": "announcement", "body": {...}}`` (v2: the same under ``"v": 2``) with
 
     run_id, peer_id, model: str;  adapter: "full"|"lora";  tokenizer: str (fingerprint)
     policy_version, published_batches, published_tokens: int;  updated_at: float (unix seconds)
     batches: [{seq: int (the batch's round), groups: int, tokens: int, bytes: int, sha256: bin(32),
                policy_version: int, created_at: float}]      at most MAX_ANNOUNCED_BATCHES
-    reach:   {how: one of REACH_HOW, addrs: [str]}           v2 only (a v1 announcement's reach is unknown)
+    reach:   {how: one of REACH_HOW, addrs: [str]}           v2 and v3 (a v1 announcement's reach is unknown)
 
 ``reach.addrs`` are the circuit addresses of a relayed peer (1 to MAX_RELAY_ADDRS of them, none otherwise), each
 ``<relay's address>/p2p/<relay id>/p2p-circuit``, optionally followed by ``/p2p/<the announcing peer>``: what

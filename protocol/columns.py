@@ -1,5 +1,6 @@
 """The token column of a batch: every token id and every quantised sampler log-prob, in one
-compressed blob (protocol v1 and v2).
+compressed blob (every version); and the one zstd code path of the format (``deflate``, ``inflate``),
+which the text column (``texts.py``) shares.
 
 Layout before compression: the ids of the whole batch (each group's prompt, then its completions,
 group after group) packed little-endian in ``id_width`` bytes each, then the quantised log-probs of
@@ -76,7 +77,11 @@ def _unpack(raw: bytes, offset: int, count: int, width: int, dtype: type) -> np.
 
 
 def pack_columns(ids: np.ndarray, q: np.ndarray, ids_width: int, q_width: int) -> bytes:
-    raw = _pack(ids, ids_width) + _pack(q, q_width)
+    return deflate(_pack(ids, ids_width) + _pack(q, q_width))
+
+
+def deflate(raw: bytes) -> bytes:
+    """One zstd frame of ``raw``, its content size and checksum in the frame."""
     return zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True).compress(raw)
 
 
@@ -86,12 +91,10 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return _local.decompressor
 
 
-def unpack_columns(
-    field: str, data: bytes, num_ids: int, num_logprobs: int, ids_width: int, q_width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The blob -> (ids int64, q uint32). Refuses a frame whose declared size differs from what the
-    batch's counts imply, before inflating anything."""
-    expected = num_ids * ids_width + num_logprobs * q_width
+def inflate(field: str, data: bytes, expected: int) -> bytes:
+    """The content of the zstd frame ``data``, which must be exactly ``expected`` bytes (what the batch's
+    counts imply). A frame that declares another size is refused before anything is inflated, so a small
+    frame cannot make the decoder allocate more than the counts, which the limits bound, allow."""
     try:
         declared = zstandard.get_frame_parameters(data).content_size
     except zstandard.ZstdError as error:
@@ -104,6 +107,15 @@ def unpack_columns(
         raise DecodeError(field, f"corrupt zstd frame ({error})") from None
     if len(raw) != expected:
         raise DecodeError(field, f"inflates to {len(raw)} bytes, the batch's counts imply {expected}")
+    return raw
+
+
+def unpack_columns(
+    field: str, data: bytes, num_ids: int, num_logprobs: int, ids_width: int, q_width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The blob -> (ids int64, q uint32). Refuses a frame whose declared size differs from what the
+    batch's counts imply, before inflating anything."""
+    raw = inflate(field, data, num_ids * ids_width + num_logprobs * q_width)
     ids = _unpack(raw, 0, num_ids, ids_width, np.int64)
     q = _unpack(raw, num_ids * ids_width, num_logprobs, q_width, np.uint32)
     return ids, q

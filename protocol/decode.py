@@ -1,7 +1,8 @@
-"""Protocol decoding (v1 and v2): strict and total.
+"""Protocol decoding (v1, v2 and v3): strict and total.
 
-Wire form: a msgpack map ``{"v": 2, "kind": "batch", "body": {...}}`` (v1: ``"v": 1``, the same body). The body
-is columnar, so decoding does a small, fixed amount of Python work per completion and none per token:
+Wire form: a msgpack map ``{"v": 3, "kind": "batch", "body": {...}}`` (v1, v2: ``"v": 1``, ``"v": 2``, the same
+body without ``texts``). The body is columnar, so decoding does a small, fixed amount of Python work per
+completion and none per token:
 
     run_id, peer_id: str;  seq: int (the round);  created_at: float (unix seconds)
     policy:      {model: str, revision: str, adapter: "full"|"lora", policy_version: int}
@@ -12,6 +13,7 @@ is columnar, so decoding does a small, fixed amount of Python work per completio
     completions: {length: bin (uint32 LE), reward: bin (float64 LE; the generator's, advisory),
                   finish_reason: bin (uint8 index into FINISH_REASONS)}    one per completion
     tokens:      {id_width: int, logprob_width: int, data: bin}   the token column (``columns.py``)
+    texts:       {length: bin (uint32 LE), data: bin}   v3, optional: each completion's text (``texts.py``)
 
 Completions are listed group after group, in group order.
 Any malformed input raises ``DecodeError`` naming the field; nothing is built until every check
@@ -56,6 +58,7 @@ from ftis.protocol.schema import (
     TokenizerInfo,
     trusted,
 )
+from ftis.protocol.texts import unpack_texts
 
 KIND_BATCH = "batch"
 _INT64_MAX = (1 << 63) - 1
@@ -64,8 +67,8 @@ _MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
 
 def decode(data: bytes) -> RolloutBatch:
     """The batch in ``data``."""
-    _, body = unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES)  # v1 and v2 batches are alike
-    return _batch(body)
+    version, body = unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES)
+    return _batch(body, version)
 
 
 def unpack_message(data: bytes, kind: str, max_bytes: int) -> tuple[int, FieldReader]:
@@ -155,7 +158,7 @@ class _Layout:
         return int(self.completion_lengths.sum())
 
 
-def _batch(body: FieldReader) -> RolloutBatch:
+def _batch(body: FieldReader, version: int) -> RolloutBatch:
     run_id = body.text("run_id", MAX_NAME_CHARS)
     peer_id = body.text("peer_id", MAX_NAME_CHARS)
     round_ = body.integer("seq", 0, MAX_ROUND)
@@ -171,10 +174,12 @@ def _batch(body: FieldReader) -> RolloutBatch:
     q_width = tokens.integer("logprob_width", 1, MAX_LOGPROB_WIDTH)
     data = tokens.blob("data", MAX_PAYLOAD_BYTES)
     tokens.done()
+    text_column = _text_column(body.optional_map("texts"), version, len(layout.completion_lengths))
     body.done()
+    texts = None if text_column is None else unpack_texts(body.path("texts"), *text_column, layout.completion_lengths)
     ids, q = unpack_columns(tokens.path("data"), data, layout.num_ids, layout.num_logprobs, ids_width, q_width)
     _check_vocab(ids, layout, tokenizer.vocab_size)
-    groups = _build_groups(layout, ids, dequantize_logprobs(q))
+    groups = _build_groups(layout, ids, dequantize_logprobs(q), texts)
     return RolloutBatch(run_id, peer_id, round_, created_at, policy, tokenizer, sampling, groups)
 
 
@@ -258,6 +263,18 @@ def _layout(groups: FieldReader, completions: FieldReader, max_new_tokens: int) 
     return layout
 
 
+def _text_column(reader: FieldReader | None, version: int, num_completions: int) -> tuple[np.ndarray, bytes] | None:
+    """The text column's lengths (one per completion) and frame, or None: the batch carries no texts."""
+    if reader is None:
+        return None
+    if version < 3:
+        raise DecodeError(reader.location, f"a v{version} batch carries no texts (they are v3)")
+    lengths = _column(reader, "length", "<u4", num_completions)
+    data = reader.blob("data", MAX_PAYLOAD_BYTES)
+    reader.done()
+    return lengths, data
+
+
 def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
     bad = np.flatnonzero(ids >= vocab_size)
     if not bad.size:
@@ -272,7 +289,8 @@ def _check_vocab(ids: np.ndarray, layout: _Layout, vocab_size: int) -> None:
     )
 
 
-def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tuple[Group, ...]:
+def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray, texts: list[str] | None
+                  ) -> tuple[Group, ...]:
     for array in (ids, logprobs, layout.completion_lengths):  # every group's arrays are views of these
         array.flags.writeable = False
     sizes, prompt_lengths = layout.group_sizes, layout.prompt_lengths
@@ -294,6 +312,7 @@ def _build_groups(layout: _Layout, ids: np.ndarray, logprobs: np.ndarray) -> tup
             lengths=layout.completion_lengths[c : c + size],
             rewards=layout.rewards[c : c + size],
             finish_reasons=tuple(finish[c : c + size]),
+            texts=None if texts is None else tuple(texts[c : c + size]),
         )
         groups.append(Group.from_columns(group_id, task, ids[prompt_at:ids_at], columns))
     return tuple(groups)

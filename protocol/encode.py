@@ -1,7 +1,8 @@
 """Protocol encoding of a ``RolloutBatch``, at ``PROTOCOL_VERSION`` (the wire layout is in ``decode.py``).
 
 ``encode`` checks what the format cannot represent (positive or non-finite log-probs, ids outside
-the vocabulary, parts of a completion that do not match), then validates by decoding what it
+the vocabulary, parts of a completion that do not match, texts in some groups but not in others, a text
+too long for its tokens or not encodable as UTF-8), then validates by decoding what it
 produced, so it never emits bytes that a peer would refuse; any failure is an ``EncodeError``
 naming the field. Value checks run once over whole columns; only a failure walks the groups to name
 the completion at fault.
@@ -17,6 +18,7 @@ from ftis.protocol.decode import KIND_BATCH, decode
 from ftis.protocol.errors import DecodeError, EncodeError
 from ftis.protocol.limits import FINISH_REASONS, MAX_LOGPROB_WIDTH, PROTOCOL_VERSION
 from ftis.protocol.schema import CompletionColumns, Group, RolloutBatch
+from ftis.protocol.texts import encode_texts, max_text_bytes, pack_texts
 
 
 def encode(batch: RolloutBatch) -> bytes:
@@ -68,6 +70,9 @@ def encode(batch: RolloutBatch) -> bytes:
             "data": pack_columns(ids, q, ids_width, q_width),
         },
     }
+    texts = _texts(columns)
+    if texts is not None:
+        body["texts"] = pack_texts(texts)
     try:
         data = msgpack.packb(
             {"v": PROTOCOL_VERSION, "kind": KIND_BATCH, "body": body}, use_bin_type=True, default=_numpy_scalar
@@ -86,6 +91,32 @@ def _columns(g: int, group: Group) -> CompletionColumns:
         return group.columns
     except EncodeError as error:
         raise EncodeError(f"groups[{g}].{error.field}", error.reason) from None
+
+
+def _texts(columns: list[CompletionColumns]) -> list[bytes] | None:
+    """Every completion's text as UTF-8, in wire order, or None when no group has texts (the batch carries
+    none). A batch carries every completion's text or none: peers with another tokenizer use them all."""
+    carried = [c.texts is not None for c in columns]
+    if not any(carried):
+        return None
+    if not all(carried):
+        g = next(g for g, has in enumerate(carried) if has != carried[0])
+        raise EncodeError(f"groups[{g}].completions", f"{'carry' if carried[g] else 'carry no'} texts while group 0 "
+                          f"{'does not' if carried[g] else 'does'}: a batch carries every completion's text or none")
+    encoded = []
+    for g, group_columns in enumerate(columns):
+        assert group_columns.texts is not None
+        if len(group_columns.texts) != len(group_columns):
+            raise EncodeError(f"groups[{g}].completions", f"{len(group_columns.texts)} texts for "
+                              f"{len(group_columns)} completions")
+        group_texts = encode_texts(f"groups[{g}].completions", group_columns.texts)
+        bounds = max_text_bytes(group_columns.lengths)
+        for c, (text, bound) in enumerate(zip(group_texts, bounds.tolist(), strict=True)):
+            if len(text) > bound:
+                raise EncodeError(f"groups[{g}].completions[{c}].text", f"{len(text)} bytes of UTF-8 is over the "
+                                  f"bound of {bound} for its {group_columns.lengths[c]} tokens")
+        encoded += group_texts
+    return encoded
 
 
 def _token_ids(groups: tuple[Group, ...], columns: list[CompletionColumns], vocab_size: int) -> np.ndarray:

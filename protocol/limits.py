@@ -1,9 +1,10 @@
-"""Named limits of protocol v1. The decoder refuses anything beyond them before building anything;
+"""Named limits of the protocol. The decoder refuses anything beyond them before building anything;
 the transport refuses a payload over ``MAX_PAYLOAD_BYTES`` before reading it."""
 
 # v2: an announcement says how peers reach its peer (``reach``); a batch's body is the same in v1 and v2.
-PROTOCOL_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+# v3: a batch may carry each completion's text (``texts``); an announcement is the same in v2 and v3.
+PROTOCOL_VERSION = 3
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
 
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024  # one encoded batch
 MAX_GROUPS = 4096  # groups in one batch
@@ -23,6 +24,13 @@ MAX_ROUND = (1 << 40) - 1
 MIN_TEMPERATURE = 0.1
 MAX_TEMPERATURE = 10.0
 MAX_MAP_ENTRIES = 32  # keys in any map of the schema
+# A completion's text (v3) may hold at most this many UTF-8 bytes per token of the completion, plus the slack.
+# A real token decodes to a few bytes (the longest in Qwen2's vocabulary, runs of spaces or dashes, to a few
+# dozen); the bound keeps what a batch's texts inflate to proportional to its tokens, which the limits above
+# already bound, so a tiny frame cannot claim gigabytes of text. The slack spares a completion of a few tokens
+# whose tokens happen to be long ones.
+MAX_TEXT_BYTES_PER_TOKEN = 64
+MAX_TEXT_SLACK_BYTES = 256
 
 # Sampler log-probs travel quantised: q = round(-logprob / LOGPROB_STEP) as an unsigned integer of
 # 1 to 3 bytes, so the absolute error is at most LOGPROB_STEP / 2 < 1e-3 (docs/protocol.md: an error of

@@ -27,6 +27,11 @@ class FieldReader:
     def map(self, key: str) -> "FieldReader":
         return FieldReader(self._get(key), self._at(key))
 
+    def optional_map(self, key: str) -> "FieldReader | None":
+        """The map at ``key``, or None when the key is absent (a field a version may leave out)."""
+        self._seen.add(key)
+        return self.map(key) if key in self._map else None
+
     def text(self, key: str, max_chars: int, *, allow_empty: bool = False) -> str:
         value = self._get(key)
         if type(value) is not str:

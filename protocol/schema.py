@@ -122,9 +122,12 @@ class CompletionColumns:
     def from_completions(cls, completions: tuple[Completion, ...]) -> "CompletionColumns":
         """Columns from ``Completion`` objects; ``EncodeError`` (field ``completions[c]...``) for a
         completion whose parts are not 1-D arrays of matching length, a non-numeric reward, an unknown
-        finish reason, or a text that is not a string where others have one (texts: every completion or none). Values (id ranges, log-prob signs) are checked by ``encode``, over whole columns."""
+        finish reason, or a text that is not a string where others have one (texts: every completion or
+        none). Values (id ranges, log-prob signs, texts' UTF-8 and length) are checked by ``encode``, over
+        whole columns."""
         ids: list[np.ndarray] = []
         logprobs: list[np.ndarray] = []
+        texts: list[str] = []
         for c, completion in enumerate(completions):
             token_ids = np.asarray(completion.token_ids)
             sampler_logprobs = np.asarray(completion.sampler_logprobs)
@@ -139,7 +142,10 @@ class CompletionColumns:
                 raise EncodeError(f"completions[{c}].finish_reason", f"must be one of {FINISH_REASONS}")
             if (completion.text is None) != (completions[0].text is None) or not (
                     completion.text is None or isinstance(completion.text, str)):
-                raise EncodeError(f"completions[{c}].text", "must be a string in every completion of a group, or in none")
+                raise EncodeError(f"completions[{c}].text",
+                                  "must be a string in every completion of a group, or in none")
+            if completion.text is not None:
+                texts.append(completion.text)
             ids.append(token_ids.astype(np.int64, copy=False))
             exact = sampler_logprobs.dtype.kind == "f"  # float64 stays float64: quantized from the given values
             logprobs.append(sampler_logprobs if exact else sampler_logprobs.astype(np.float32))
@@ -149,7 +155,7 @@ class CompletionColumns:
             lengths=np.array([len(i) for i in ids], np.int64),
             rewards=np.array([c.reward for c in completions], np.float64),
             finish_reasons=tuple(c.finish_reason for c in completions),
-            texts=tuple(c.text for c in completions) if completions and completions[0].text is not None else None,
+            texts=tuple(texts) if texts else None,  # every completion's (checked above), or none
         )
 
 

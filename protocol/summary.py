@@ -18,6 +18,7 @@ def summarize(batch: RolloutBatch, payload_bytes: int) -> list[tuple[str, str]]:
     tokens = batch.num_completion_tokens
     created = datetime.fromtimestamp(batch.created_at, UTC).isoformat(timespec="seconds")
     policy = batch.policy
+    texts = [c.text for c in completions if c.text is not None]
     return [
         ("run", batch.run_id),
         ("peer", batch.peer_id),
@@ -32,6 +33,8 @@ def summarize(batch: RolloutBatch, payload_bytes: int) -> list[tuple[str, str]]:
         ("completions", f"{len(completions)} (finish: {_counts(finish)})"),
         ("tokens", f"{tokens} completion + {batch.num_prompt_tokens} prompt"),
         ("bytes", f"{payload_bytes} ({payload_bytes / tokens:.2f} per completion token)"),
+        ("texts", f"{sum(len(t.encode()) for t in texts)} bytes of UTF-8 in {len(texts)} completions" if texts
+                  else "none (the batch carries no texts)"),
         ("log-probs", f"mean {logprobs.mean():.3f}, min {logprobs.min():.3f}, "
                       f"{(logprobs >= -0.01).mean():.0%} of tokens ≥ -0.01"),
         ("rewards (advisory)", f"mean {rewards.mean():.3f}, min {rewards.min():g}, max {rewards.max():g}"),

@@ -31,6 +31,7 @@ from ftis.protocol.limits import (
     MAX_MULTIADDR_CHARS,
     MAX_NAME_CHARS,
     MAX_RELAY_ADDRS,
+    PROTOCOL_VERSION,
     SHA256_BYTES,
 )
 
@@ -101,7 +102,7 @@ def test_round_trip(count):
 def test_reach_round_trip(reach):
     original = announcement(MAX_ANNOUNCED_BATCHES, reach=reach)
     data = encode_announcement(original)
-    assert msgpack.unpackb(data)["v"] == 2
+    assert msgpack.unpackb(data)["v"] == PROTOCOL_VERSION
     assert decode_announcement(data) == original
 
 
@@ -110,6 +111,14 @@ def test_a_v1_announcement_has_no_reach():
     message["v"] = 1
     del message["body"]["reach"]
     assert decode_announcement(msgpack.packb(message, use_bin_type=True)) == announcement()
+
+
+def test_v2_and_v3_announcements_are_alike():
+    original = announcement(reach=Reach("relayed", (CIRCUIT,)))
+    message = msgpack.unpackb(encode_announcement(original), raw=False)
+    assert message["v"] == 3
+    for version in (2, 3):
+        assert decode_announcement(msgpack.packb({**message, "v": version}, use_bin_type=True)) == original
 
 
 def test_relays_of_a_reach():
@@ -145,7 +154,7 @@ def test_typical_announcement_is_small():
 
 MALFORMED = {
     # envelope
-    "version_3": (lambda m: m.__setitem__("v", 3), "v"),
+    "version_4": (lambda m: m.__setitem__("v", 4), "v"),
     "version_1_with_reach": (lambda m: m.__setitem__("v", 1), "body"),  # v1 has no reach field
     "version_is_str": (lambda m: m.__setitem__("v", "1"), "v"),
     "kind_batch": (lambda m: m.__setitem__("kind", "batch"), "kind"),

@@ -4,7 +4,8 @@ Run: python -m pytest tests/test_announcement_fixtures.py -q
 
 ``tests/fixtures/protocol/announcements/v<N>/<name>.msgpack`` holds bytes a v<N> encoder wrote, ``<name>.json``
 their content (written once by ``make_announcements.py``, never here). A v1 announcement says nothing of its
-reach, and decodes as reach unknown; v2 adds ``reach``. A failure means a change broke an older version.
+reach, and decodes as reach unknown; v2 adds ``reach``; v3 announcements are v2's under ``"v": 3``. A failure
+means a change broke an older version.
 """
 
 import json
@@ -15,6 +16,7 @@ import msgpack
 import pytest
 
 from ftis.protocol.announcement import Announcement, decode_announcement, encode_announcement
+from ftis.protocol.limits import PROTOCOL_VERSION
 
 HERE = Path(__file__).parent / "fixtures" / "protocol" / "announcements"
 FIXTURES = sorted(HERE.glob("v*/*.msgpack"))
@@ -36,6 +38,7 @@ def test_each_version_has_its_fixtures():
     names = {(p.parent.name, p.stem) for p in FIXTURES}
     assert ("v1", "plain") in names
     assert {("v2", how) for how in ("unknown", "direct", "relayed", "private", "unreachable")} <= names
+    assert {("v3", "direct"), ("v3", "relayed")} <= names
     assert names == {(p.parent.name, p.stem) for p in HERE.glob("v*/*.json")}, "each .msgpack needs its .json"
 
 
@@ -50,10 +53,11 @@ def test_fixture_decodes_to_its_json(path: Path):
 def test_fixture_re_encodes_as_the_current_version(path: Path):
     announcement = decode_announcement(path.read_bytes())
     again = encode_announcement(announcement)
-    assert msgpack.unpackb(again)["v"] == 2
+    assert msgpack.unpackb(again)["v"] == PROTOCOL_VERSION
     assert decode_announcement(again) == announcement
-    if path.parent.name == "v2":
-        assert again == path.read_bytes()  # the encoder still writes these bytes
+    if path.parent.name != "v1":  # the encoder still writes these bytes (v2's under "v": 2)
+        message = msgpack.unpackb(path.read_bytes(), raw=False)
+        assert again == msgpack.packb({**message, "v": PROTOCOL_VERSION}, use_bin_type=True)
 
 
 def test_the_relayed_fixture_names_its_relay():

@@ -58,6 +58,16 @@ def test_mutation_fuzz_of_the_decoders():
     assert min(outcomes.values()) > 50 and len(outcomes) == 4, outcomes  # both accept and refuse (>1 in 8)
 
 
+def test_mutations_of_the_texts_seed_reach_the_text_column():
+    rng, fields = random.Random(13), Counter()
+    seeds = [batch_seeds()["texts"]]
+    for _ in range(800):
+        _, data = mutate(rng, seeds, ["retokenize", "recount", "column_bit_flip", "boundary_value"])
+        fields[judge(BATCH, data).field] += 1
+    assert fields[None] > 20, fields  # some are accepted, texts and all, and pass the oracle
+    assert fields["body.texts.data"] > 20 and fields["body.texts.length"] > 0, fields  # UTF-8, frames, bounds
+
+
 @settings(FUZZ, max_examples=60)
 @given(batches())
 def test_any_batch_within_the_limits_round_trips(batch):

@@ -1,4 +1,4 @@
-"""Protocol v1 refuses malformed input: every bad message raises ``DecodeError`` (and nothing else)
+"""The protocol refuses malformed input: every bad message raises ``DecodeError`` (and nothing else)
 naming the field, and ``encode`` refuses what the wire cannot carry with ``EncodeError``.
 
 Run: python -m pytest tests/test_protocol_malformed.py -q
@@ -316,14 +316,14 @@ def test_too_many_tokens_is_refused_before_the_token_column():
 # --- envelope ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [0, 3, 255, -1, 2**64 - 1])
+@pytest.mark.parametrize("version", [0, 4, 255, -1, 2**64 - 1])
 def test_unknown_version(version):
     assert decode_error(mutated("v", version)).field == "v"
 
 
 def test_unknown_version_is_named_before_anything_else_is_read():
     # A later version may change everything else; this build must still say "unknown version".
-    data = pack({"v": 3, "kind": "something-new", "body": [1, 2, 3], "signature": b"..."})
+    data = pack({"v": 4, "kind": "something-new", "body": [1, 2, 3], "signature": b"..."})
     error = decode_error(data)
     assert error.field == "v"
     assert "version" in error.reason

@@ -8,7 +8,8 @@ NumPy, msgpack and zstandard.
 ``mutate(rng, seeds)`` returns ``(kind, bytes)``: the name of the mutation (``MUTATIONS``) and the
 mutated message. Structure-level mutations unpack a seed, change one to three values and pack it
 again; ``recount`` also rewrites the token column as a valid frame of the size the changed counts
-imply, so that decoding gets past the frame check and reaches the checks behind it.
+imply, so that decoding gets past the frame check and reaches the checks behind it (and the text column, when
+the batch carries one, the size its lengths imply).
 """
 
 import copy
@@ -65,12 +66,14 @@ def seed_batch(
     adapter: str = "lora",
     ids: Callable[[np.random.Generator, int], np.ndarray] | None = None,
     logprobs: Callable[[np.random.Generator, int], np.ndarray] | None = None,
+    texts: Callable[[np.random.Generator, int], str] | None = None,
     seed: int = 0,
     **fields: Any,
 ) -> RolloutBatch:
     """A valid batch: groups of the given prompt lengths and sizes, completions of 1 to
     ``max_new_tokens`` tokens; ``ids``/``logprobs`` make a completion's values from (rng, length)
-    (default: ids spread over the vocabulary, its top id included; log-probs on the wire's grid)."""
+    (default: ids spread over the vocabulary, its top id included; log-probs on the wire's grid); ``texts``
+    its text (default: none, the batch carries no texts)."""
     rng = np.random.default_rng(seed)
     ids = ids or (lambda r, n: np.append(r.integers(0, vocab_size, n - 1), vocab_size - 1))
     logprobs = logprobs or (lambda r, n: -r.integers(0, 4096, n) * LOGPROB_STEP)
@@ -79,7 +82,9 @@ def seed_batch(
         completions = []
         for c in range(size):
             n = int(rng.integers(1, max_new_tokens + 1))
-            completions.append(Completion(ids(rng, n), logprobs(rng, n), float(c % 3) - 0.5, ("stop", "length")[c % 2]))
+            text = texts(rng, n) if texts is not None else None
+            completions.append(Completion(ids(rng, n), logprobs(rng, n), float(c % 3) - 0.5, ("stop", "length")[c % 2],
+                                          text))
         task = TaskRef("arith", "train", g, str(g))
         groups.append(Group(f"g{g}", task, rng.integers(0, vocab_size, prompt_length), tuple(completions)))
     batch = dict(run_id="run-1", peer_id="peer-a", round=7, created_at=T0,
@@ -102,6 +107,14 @@ def _at_the_limits() -> RolloutBatch:
                                                                                INT64_MAX))
 
 
+_TEXT_PIECES = ["a", " ", "\n", "é", "ß", "—", "漢", "字", "🙂", "\x00", "\u200d", "\U0010ffff"]  # 1 to 4 UTF-8 bytes
+
+
+def _text(rng: np.random.Generator, n: int) -> str:
+    """A completion's text: 0 to 3 pieces a token, of characters 1 to 4 UTF-8 bytes long (an empty text too)."""
+    return "".join(rng.choice(_TEXT_PIECES, int(rng.integers(0, 3 * n + 1))).tolist())
+
+
 def batch_seeds() -> dict[str, bytes]:
     """Valid messages of several shapes, by name."""
     repeated = np.array([5, 6, 7, 8] * 64)
@@ -120,6 +133,8 @@ def batch_seeds() -> dict[str, bytes]:
                                         max_new_tokens=256, ids=lambda r, n: repeated[:n],
                                         logprobs=lambda r, n: np.zeros(n), seed=6)),
         "at_the_limits": encode(_at_the_limits()),
+        "texts": encode(seed_batch(vocab_size=151_936, prompt_lengths=(5, 3, 8), group_sizes=(4, 1, 3),
+                                   max_new_tokens=12, texts=_text, seed=7)),
     }
 
 
@@ -244,6 +259,21 @@ def reframe(rng: random.Random, body: Any) -> None:
     body["tokens"]["data"] = zstd(raw[:size])
 
 
+def _retext(texts: dict, n: int) -> None:
+    """The text column resized to ``n`` completions: its lengths repeated or cut, its frame remade to match
+    (its content repeated or cut, so most texts stay valid UTF-8 but some are cut inside a character)."""
+    lengths = np.resize(np.frombuffer(texts["length"], "<u4"), n).astype("<u4")
+    size = int(lengths.astype(np.int64).sum())
+    if size > MAX_REFRAMED_BYTES:
+        return
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(texts["data"])
+    except (zstandard.ZstdError, TypeError, KeyError):
+        raw = b""
+    texts["length"] = lengths.tobytes()
+    texts["data"] = zstd(((raw or b"x") * (size // max(len(raw), 1) + 1))[:size])
+
+
 def _recount(rng: random.Random, body: dict) -> None:
     """Change the batch's counts (group sizes, prompt or completion lengths, or the widths), keeping the
     columns that follow them the right length where possible; ``reframe`` then matches the frame."""
@@ -259,6 +289,8 @@ def _recount(rng: random.Random, body: dict) -> None:
         completions["length"] = lengths.astype("<u4").tobytes()
         completions["reward"] = np.resize(np.frombuffer(completions["reward"], "<f8"), n).tobytes()
         completions["finish_reason"] = bytes(np.resize(np.frombuffer(completions["finish_reason"], "u1"), n))
+        if isinstance(body.get("texts"), dict) and isinstance(body["texts"].get("length"), bytes):
+            _retext(body["texts"], n)
     elif choice == 1:  # a prompt or completion length changes
         key, table = rng.choice([("prompt_length", groups), ("length", completions)])
         column = np.frombuffer(table[key], "<u4").astype(np.int64)
@@ -364,7 +396,9 @@ def _structure(kind: str, rng: random.Random, message: Any, seeds: list[bytes]) 
             column[rng.randrange(len(column))] ^= 1 << rng.randrange(8)
             container[key] = bytes(column)
     if kind == "retokenize" and is_batch:  # a valid frame of the same size, one byte of its content changed
-        body["tokens"]["data"] = retokenize(rng, body["tokens"]["data"])
+        column = body["texts"] if isinstance(body.get("texts"), dict) and rng.random() < 0.5 else body["tokens"]
+        if isinstance(column, dict) and "data" in column:
+            column["data"] = retokenize(rng, column["data"])
     elif is_batch and kind in ("boundary_value", "swap_value") and rng.random() < 0.5:
         reframe(rng, body)  # counts may have changed: let the frame follow, so later checks are reached
 

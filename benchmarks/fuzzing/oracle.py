@@ -7,14 +7,18 @@
   and must survive ``decode(encode(x)) == x``.
 - Decoding allocates at most ``memory_bound(data)`` bytes at its peak (tracemalloc), refused or not.
 
-The memory bound is ``MEMORY_PER_BYTE·len(data) + MEMORY_PER_TOKEN·tokens + MEMORY_CONSTANT``, where
-``tokens`` is what the message's own length columns claim, capped at ``MAX_BATCH_TOKENS``:
+The memory bound is ``MEMORY_PER_BYTE·len(data) + MEMORY_PER_TOKEN·tokens + MEMORY_PER_TEXT_BYTE·text_bytes +
+MEMORY_CONSTANT``, where ``tokens`` is what the message's own length columns claim, capped at ``MAX_BATCH_TOKENS``,
+and ``text_bytes`` what its text column's lengths claim, capped at what the text bound allows for those tokens:
 - per input byte (256): msgpack makes at most one Python object of each byte, and the decoder views
   binary columns in place; the worst shape is a list of empty maps, one byte each that becomes a dict
   (measured: 71 bytes per input byte);
 - per token (32): the token column inflates to at most 6 bytes a token (3-byte ids, 3-byte log-probs),
   then becomes int64 ids, uint32 quantised log-probs and float32 log-probs (measured: 15 to 23 bytes),
   all only after the claimed counts passed the limits and the frame declared exactly them;
+- per text byte (8): the text column inflates to exactly its lengths' sum (1 byte each), then becomes one str per
+  completion (1 to 4 bytes a UTF-8 byte: a text of ASCII and one emoji is stored 4 bytes a character), again
+  only after every length passed its bound and the frame declared their sum;
 - the constant (256 KiB): the decoder's fixed working set (msgpack's 1024-level walk stack, a raised
   exception with its traceback; measured: 44 KiB).
 What it rules out: allocating what a claimed length says before checking it against the input and the
@@ -48,6 +52,8 @@ from ftis.protocol.limits import (
     MAX_PROMPT_TOKENS,
     MAX_ROUND,
     MAX_TEMPERATURE,
+    MAX_TEXT_BYTES_PER_TOKEN,
+    MAX_TEXT_SLACK_BYTES,
     MAX_VOCAB_SIZE,
     MIN_LOGPROB,
     MIN_TEMPERATURE,
@@ -57,6 +63,7 @@ from ftis.protocol.limits import (
 INT64_MAX = (1 << 63) - 1
 MEMORY_PER_BYTE = 256
 MEMORY_PER_TOKEN = 32
+MEMORY_PER_TEXT_BYTE = 8
 MEMORY_CONSTANT = 256 * 1024
 
 
@@ -112,6 +119,8 @@ def check_batch(batch: RolloutBatch, data: bytes) -> None:
     expect(len({group.group_id for group in batch.groups}) == len(batch.groups), "group ids must be unique")
     tokens = sum(_check_group(g, group, tokenizer.vocab_size, sampling.max_new_tokens)
                  for g, group in enumerate(batch.groups))
+    with_texts = [group.columns.texts is not None for group in batch.groups]
+    expect(all(with_texts) or not any(with_texts), f"texts in some groups only: {with_texts}")
     _int(tokens, 1, MAX_BATCH_TOKENS, "prompt + completion tokens in the batch")
     _round_trip(batch, encode, decode)
 
@@ -145,7 +154,22 @@ def _check_group(g: int, group: Any, vocab_size: int, max_new_tokens: int) -> in
     expect(bool(np.all(steps == np.round(steps))), f"{at}: a log-prob off the wire's grid")
     expect(bool(np.all(np.isfinite(columns.rewards))), f"{at}: a reward that is not finite")
     expect(set(columns.finish_reasons) <= set(FINISH_REASONS), f"{at}: finish reasons {set(columns.finish_reasons)}")
+    if columns.texts is not None:
+        _check_texts(at, columns.texts, lengths)
     return len(group.prompt_ids) + len(ids)
+
+
+def _check_texts(at: str, texts: Any, lengths: np.ndarray) -> None:
+    """One string a completion, each UTF-8 (no lone surrogate) within the bound for its tokens."""
+    expect(type(texts) is tuple and len(texts) == len(lengths), f"{at}: texts not a tuple of one per completion")
+    for c, (text, length) in enumerate(zip(texts, lengths.tolist(), strict=True)):
+        expect(type(text) is str, f"{at}.completions[{c}].text: a {type(text).__name__}")
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise Violation(f"{at}.completions[{c}].text: not UTF-8 (a lone surrogate)") from None
+        bound = MAX_TEXT_BYTES_PER_TOKEN * length + MAX_TEXT_SLACK_BYTES
+        expect(size <= bound, f"{at}.completions[{c}].text: {size} bytes for {length} tokens, over {bound}")
 
 
 def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
@@ -203,8 +227,22 @@ def claimed_tokens(data: bytes) -> int:
     return min(total, MAX_BATCH_TOKENS)
 
 
+def claimed_text_bytes(data: bytes) -> int:
+    """The text bytes ``data``'s text column claims (0 if it has none), capped at what the text bound allows
+    for the completion tokens its length column claims."""
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False)["body"]
+        lengths = np.frombuffer(body["completions"]["length"], "<u4").astype(np.int64)
+        total = int(np.frombuffer(body["texts"]["length"], "<u4").astype(np.int64).sum())
+    except Exception:  # no text column, or one of another shape: nothing was claimed
+        return 0
+    allowed = MAX_TEXT_BYTES_PER_TOKEN * min(int(lengths.sum()), MAX_BATCH_TOKENS) + MAX_TEXT_SLACK_BYTES * len(lengths)
+    return min(total, allowed)
+
+
 def memory_bound(data: bytes) -> int:
-    return MEMORY_PER_BYTE * len(data) + MEMORY_PER_TOKEN * claimed_tokens(data) + MEMORY_CONSTANT
+    return (MEMORY_PER_BYTE * len(data) + MEMORY_PER_TOKEN * claimed_tokens(data)
+            + MEMORY_PER_TEXT_BYTE * claimed_text_bytes(data) + MEMORY_CONSTANT)
 
 
 # --- one input --------------------------------------------------------------------------------------

@@ -45,7 +45,6 @@ INT64_MAX = (1 << 63) - 1
 MAX_Q = (1 << 24) - 1  # the largest quantised log-prob: 3 bytes
 
 
-
 def strings(max_chars: int, *, min_size: int = 1) -> st.SearchStrategy[str]:
     """Short drawn text, or text at the limit (drawn at full length, it would make most of the run's time)."""
     return st.one_of(st.text(min_size=min_size, max_size=12), st.sampled_from(["x" * max_chars, "🙂" * max_chars]))
@@ -59,13 +58,19 @@ vocab_sizes = st.one_of(st.sampled_from([1, 2, 255, 256, 257, 65_535, 65_536, 65
                         st.integers(1, MAX_VOCAB_SIZE))
 
 
+# A completion's text: any text UTF-8 can carry (every character but the lone surrogates), short; 0 to 4
+# characters a token keeps it far within the bound (MAX_TEXT_BYTES_PER_TOKEN bytes a token).
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=4)
+
+
 @st.composite
 def batches(draw: st.DrawFn, max_groups: int = 4, max_group_size: int = 4, max_tokens: int = 12) -> RolloutBatch:
     """A batch within every limit: ids below the vocabulary, log-probs on the wire's grid (so it
-    round-trips exactly), any finite reward, names up to their limits."""
+    round-trips exactly), any finite reward, names up to their limits; every completion's text or none."""
     vocab_size = draw(vocab_sizes)
     max_new_tokens = draw(st.integers(1, max_tokens))
     ids = st.integers(0, vocab_size - 1)
+    with_texts = draw(st.booleans())
     groups = []
     for g in range(draw(st.integers(1, max_groups))):
         completions = []
@@ -77,6 +82,7 @@ def batches(draw: st.DrawFn, max_groups: int = 4, max_group_size: int = 4, max_t
                 sampler_logprobs=-np.array(q, np.float64) * LOGPROB_STEP,  # (n,)
                 reward=draw(st.floats(allow_nan=False, allow_infinity=False)),
                 finish_reason=draw(st.sampled_from(FINISH_REASONS)),
+                text="".join(draw(st.lists(texts, min_size=n, max_size=n))) if with_texts else None,
             ))
         prompt = np.array(draw(st.lists(ids, min_size=1, max_size=max_tokens)), np.int64)
         task = TaskRef(draw(names), draw(strings(MAX_NAME_CHARS, min_size=0)), draw(int64s),
