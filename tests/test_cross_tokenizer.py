@@ -179,20 +179,23 @@ def test_a_lying_generator_log_prob_is_bounded_by_the_truncation_and_the_filter(
 
 
 def test_nodes_of_two_tokenizers_train_on_each_others_texts_per_sequence():
-    """A character node and a BPE node on one in-memory hub: each uses the other's groups per sequence, and a
-    node that skips other tokenizers never receives them."""
+    """A character node and a BPE node on one in-memory hub: each uses the other's groups per sequence; a node
+    that skips other tokenizers never receives them; a node that sends no texts is of no use to the BPE node."""
     hub = MemoryHub()
     char, bpe = make_node(hub, "char"), make_node(hub, "bpe", model="tiny-small-bpe")
     skipping = make_node(hub, "skip", swarm={"other_tokenizers": "skip"})
+    quiet = make_node(hub, "quiet", swarm={"send_texts": False})
     assert char.policy.fingerprint != bpe.policy.fingerprint
-    reports = {name: [] for name in ("char", "bpe", "skip")}
+    reports = {name: [] for name in ("char", "bpe", "skip", "quiet")}
     for _ in range(3):
-        for name, node in (("char", char), ("bpe", bpe), ("skip", skipping)):
+        for name, node in (("char", char), ("bpe", bpe), ("skip", skipping), ("quiet", quiet)):
             reports[name].append(node.run_round())
-    assert reports["bpe"][-1].peer_use == {"char": "sequence", "skip": "sequence"}
-    assert reports["char"][-1].peer_use == {"bpe": "sequence", "skip": "token"}
+    assert reports["bpe"][-1].peer_use == {"char": "sequence", "skip": "sequence", "quiet": "none"}
+    assert reports["char"][-1].peer_use == {"bpe": "sequence", "skip": "token", "quiet": "token"}
     assert set(reports["skip"][-1].peer_use) == {"char"}  # the BPE node's batches were never delivered
-    for name in ("char", "bpe"):
-        steps = [r.step for r in reports[name] if r.step.sequence_groups]
-        assert steps and all(s.trained and np.isfinite(s.loss) and s.is_weight_max <= 2.0 for s in steps), name
+    assert all(r.peer_groups_received for r in reports["char"][1:])  # the BPE node's groups, rebuilt here
+    # The random BPE model writes a digit pair nearly every time (100 of its 247 tokens): its groups rarely have
+    # reward variance under this task. The character model's do, and the BPE node trains on them per sequence.
+    steps = [r.step for r in reports["bpe"] if r.step.sequence_groups]
+    assert steps and all(s.trained and np.isfinite(s.loss) and s.is_weight_max <= 2.0 for s in steps)
     assert skipping.transport.stats().rejections.get(("bpe", "tokenizer"), 0) >= 1

@@ -41,6 +41,9 @@ class SwarmConfig(Section):
         "train on their completion texts, tokenized here, with one importance weight per completion (docs/loss.md); "
         "skip: never fetch them.",
     )
+    send_texts: bool = Field(True, description="Send each completion's text in its batch (protocol v3: ~1 byte a "
+                             "token, +40%), which peers with another tokenizer train on; a run where every node shares "
+                             "one tokenizer can save the bytes.")
     client_mode: bool = Field(False, description="Reach out only: fetch, but peers cannot fetch from us (a node behind "
                               "a NAT serves through a relay instead: reachability).")
     reachability: Literal["auto", "public", "relayed"] = Field(

@@ -264,12 +264,13 @@ class Node:
             texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
             rewards = [self.task.reward(text, problem.answer) for text in texts]
             rewards_by_group.append(rewards)
+            sent = texts if self.config.swarm.send_texts else [None] * len(texts)
             groups.append(Group(
                 group_id=self.grouping.group_id(self.transport.peer_id, self.round, k),
                 task=TaskRef(problem.dataset, problem.split, problem.index, problem.answer),
                 prompt_ids=prompt,
                 completions=tuple(c.to_completion(reward, text)
-                                  for c, reward, text in zip(generated, rewards, texts, strict=True)),
+                                  for c, reward, text in zip(generated, rewards, sent, strict=True)),
             ))
         batch = RolloutBatch(
             run_id=self.config.swarm.run_id,
