@@ -159,7 +159,8 @@ class _Curves:
     """One node's figures over a cell."""
 
     STEP_KEYS = ("own_reward", "filtered_fraction", "peer_filtered_fraction", "filtered_advantage_fraction",
-                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used", "trained")
+                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used", "sequence_groups",
+                 "trained")
 
     def __init__(self) -> None:
         self.eval_rounds: list[int] = []
@@ -188,6 +189,7 @@ class _Curves:
             "is_weight_mean": step.is_weight_mean,
             "truncated_fraction": step.truncated_fraction,
             "peer_groups_used": float(report.peer_groups_used),
+            "sequence_groups": float(step.sequence_groups),  # groups of another tokenizer, trained per sequence
             "trained": float(step.trained),
         }
         for key, value in values.items():

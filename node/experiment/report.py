@@ -129,18 +129,20 @@ def render(grid: Grid, records: list[Record], command: str) -> str:
         "filtered*: share of the peers' completions the filter dropped (Â ≤ 0 or D > g); *all filtered*: share "
         "of all completions trained on, then split by the reason (*by advantage*: Â ≤ 0; *by divergence*: "
         "D > g; a completion with both counts in both); *IS weight*: the weight the variant applies, mean over "
-        "trained tokens (own tokens included); *truncated*: tokens whose weight was cut at C; *own reward*: the "
+        "trained tokens (own tokens included); *truncated*: tokens whose weight was cut at C; *per sequence*: groups "
+        "of another tokenizer trained on per step (one weight per completion); *own reward*: the "
         "nodes' sampling accuracy on their training prompts.",
         "",
         "| condition | peers filtered | all filtered | by advantage | by divergence | IS weight | truncated | "
-        "peer groups/step | own reward | s/cell |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "peer groups/step | per sequence | own reward | s/cell |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in condition_rows(records, list(grid.conditions)):
         peer = (lambda s: "—") if not row.swarm else _pct
         lines.append(f"| {row.condition} | {peer(row.peer_filtered)} | {peer(row.filtered)} | "
                      f"{peer(row.filtered_advantage)} | {peer(row.filtered_divergence)} | "
                      f"{_num(row.is_weight, 3)} | {_pct(row.truncated)} | {_num(row.peer_groups, 1)} | "
+                     f"{_num(row.sequence_groups, 1)} | "
                      f"{_pct(row.own_reward)} | {_num(row.wall_seconds, 0)} |")
     lines += [
         "",

@@ -68,6 +68,7 @@ class ConditionRow:
     is_weight: Spread  # mean IS weight over trained tokens
     truncated: Spread  # fraction of tokens whose weight was truncated at C
     peer_groups: Spread  # peers' groups used per step
+    sequence_groups: Spread  # ...of the groups trained per step, those of another tokenizer (per sequence)
     own_reward: Spread  # the nodes' own sampling accuracy over the run
     wall_seconds: Spread  # per cell
 
@@ -126,6 +127,8 @@ MEASURES: dict[str, Callable[[Record], float]] = {
 
 def step_mean(node: Record, key: str) -> float:
     """Mean of a step figure over the rounds where the node took a step (NaN when it never did)."""
+    if key not in node["steps"]:  # a figure the cell's code did not record yet
+        return math.nan
     values = [v for v, trained in zip(node["steps"][key], node["steps"]["trained"], strict=True) if trained]
     return sum(values) / len(values) if values else math.nan
 
@@ -218,6 +221,7 @@ def condition_rows(records: Iterable[Record], conditions: Sequence[str]) -> list
             is_weight=over_seeds("is_weight_mean"),
             truncated=over_seeds("truncated_fraction"),
             peer_groups=over_seeds("peer_groups_used"),
+            sequence_groups=over_seeds("sequence_groups"),
             own_reward=over_seeds("own_reward"),
             wall_seconds=Spread.of(record["wall_seconds"] for record in mine),
         ))
