@@ -159,8 +159,8 @@ class _Curves:
     """One node's figures over a cell."""
 
     STEP_KEYS = ("own_reward", "filtered_fraction", "peer_filtered_fraction", "filtered_advantage_fraction",
-                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used", "sequence_groups",
-                 "trained")
+                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used",
+                 "sequence_groups", "trained")
 
     def __init__(self) -> None:
         self.eval_rounds: list[int] = []
