@@ -59,19 +59,22 @@ def test_the_two_tokenizers_differ():
 
 
 def other_batch(texts: list[list[str]], *, index: int = 7, dataset: str = "digits", split: str = "train",
-                logprob: float = -0.5, finish: str = "stop", with_texts: bool = True) -> RolloutBatch:
-    """A batch generated under ``OTHER``: each group's completions are ``texts``, encoded with its ids."""
+                logprob: float = -0.5, finish: str = "stop", with_texts: bool = True,
+                tokenizer: PreTrainedTokenizerFast = OTHER) -> RolloutBatch:
+    """A batch generated under ``tokenizer``: each group's completions are ``texts``, encoded with its ids."""
     groups = []
     for g, group_texts in enumerate(texts):
         completions = []
         for text in group_texts:
-            ids = np.array([*OTHER.encode(text), OTHER.eos_token_id] if finish == "stop" else OTHER.encode(text))
+            ids = np.array([*tokenizer.encode(text), tokenizer.eos_token_id] if finish == "stop"
+                           else tokenizer.encode(text))
             completions.append(Completion(ids, np.full(len(ids), logprob, np.float32), 0.0, finish,
                                           text if with_texts else None))
-        prompt = prompt_ids(OTHER, TASK.prompt(TASK.problem(split, index + g)), chat=False)
+        prompt = prompt_ids(tokenizer, TASK.prompt(TASK.problem(split, index + g)), chat=False)
         groups.append(Group(f"bob/0/{g}", TaskRef(dataset, split, index + g, ""), prompt, tuple(completions)))
     return RolloutBatch("run", "bob", 0, 1.0, PolicyInfo("other-model", "", "full", 0),
-                        TokenizerInfo(tokenizer_fingerprint(OTHER), len(OTHER)), SamplingSettings(1.0, 1.0, 0, 16),
+                        TokenizerInfo(tokenizer_fingerprint(tokenizer), len(tokenizer)),
+                        SamplingSettings(1.0, 1.0, 0, 16),
                         tuple(groups))
 
 
@@ -126,6 +129,16 @@ def test_the_bound_on_tokens_keeps_the_longest_honest_completion():
     text = "9" * (RETOKENIZED_PER_TOKEN * MAX_NEW_TOKENS - 1)  # with its end token: exactly the bound
     (group,) = score(other_batch([["3", text]])).groups
     assert int(group.completions.lengths.max()) == RETOKENIZED_PER_TOKEN * MAX_NEW_TOKENS
+
+
+def test_groups_of_this_nodes_tokenizer_go_per_sequence_when_asked_and_keep_their_ids():
+    own = other_batch([["3", "x"]], tokenizer=OWN)
+    per_token, per_sequence = score(own), score(own, per_sequence=True)
+    assert not per_token.per_sequence and not per_token.groups[0].per_sequence
+    (group,) = per_sequence.groups
+    assert per_sequence.per_sequence and group.per_sequence
+    assert group.completions is own.groups[0].columns  # its own ids, as per token
+    assert group.sequence_logprobs.tolist() == pytest.approx([-0.5 * 2, -0.5 * 2])  # one id and the end each
 
 
 def model(vocab: int = len(OWN)) -> LlamaForCausalLM:

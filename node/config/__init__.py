@@ -79,6 +79,10 @@ class LossConfig(Section):
     advantage_norm: Literal["std", "mean_only"] = Field(
         "std", description='"std": (r - mean) / (std + 1e-6); "mean_only": r - mean (the released code).'
     )
+    same_tokenizer_weights: Literal["token", "sequence"] = Field(
+        "token", description='Peers\' groups of this node\'s own tokenizer: "token" weighs each token (F-TIS as the '
+        'paper has it); "sequence" one weight per completion, as groups of another tokenizer get (an ablation).'
+    )
 
     @field_validator("clip_c", "divergence_threshold", "divergence_threshold_end")
     @classmethod

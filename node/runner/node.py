@@ -209,7 +209,8 @@ class Node:
                                  trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
                                  vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
                                  split=self.config.task.split, fingerprint=self.policy.fingerprint,
-                                 retokenizer=self._retokenizer)
+                                 retokenizer=self._retokenizer,
+                                 per_sequence=self.config.loss.same_tokenizer_weights == "sequence")
             if scored.groups:
                 use[item.peer_id] = "sequence" if scored.per_sequence else "token"
             else:

@@ -47,12 +47,14 @@ class Scored:
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizerBase", *, trust_peer_answers: bool,
                 off_policy: bool, vocab_size: int | None = None,
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None,
-                fingerprint: str | None = None, retokenizer: Retokenizer | None = None) -> Scored:
+                fingerprint: str | None = None, retokenizer: Retokenizer | None = None,
+                per_sequence: bool = False) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
     node's tokenizer's; a batch of another is rebuilt by ``retokenizer`` (None: such a batch is unusable), and
-    None takes every batch as this node's tokenizer's."""
+    None takes every batch as this node's tokenizer's. ``per_sequence``: groups of this node's tokenizer are trained
+    per sequence too (``[loss] same_tokenizer_weights``, an ablation)."""
     if fingerprint is not None and batch.tokenizer.fingerprint != fingerprint:
         return _score_other_tokenizer(batch, task, trust_peer_answers, off_policy, split, retokenizer)
     groups, rewards, unusable, mismatched = [], [], 0, 0
@@ -80,8 +82,9 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
             decoded = decode_completions(tokenizer, columns.token_ids, columns.lengths)
         group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
         rewards.extend(group_rewards.tolist())
-        groups.append(_training_group(batch, group, group_rewards, off_policy))
-    return Scored(groups, unusable, rewards, mismatched)
+        groups.append(_training_group(batch, group, group_rewards, off_policy,
+                                      sequence_logprobs=sampler_sums(columns) if per_sequence else None))
+    return Scored(groups, unusable, rewards, mismatched, per_sequence=per_sequence and bool(groups))
 
 
 def _score_other_tokenizer(batch: RolloutBatch, task: Task, trust_peer_answers: bool, off_policy: bool,
