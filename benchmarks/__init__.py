@@ -15,6 +15,9 @@ Files:
   poll counted from the DHT's answers.
 - ``trainer.py``  an F-TIS optimizer step against a plain GRPO step on the demo's models and batch.
 - ``generation.py``  tokens/s of the transformers backend on CPU against the same model's ``model.generate``.
+- ``tokenization_gap.py``  on the warmed tiny models of the cross-tokenizer grid, a completion text's log-prob over
+  every tokenization against the one tokenization each side scores, and what that does to the per-sequence
+  weight (docs/loss.md).
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.
 - ``poisoning.py``, ``poisoning_attack.py``  an honest node's held-out accuracy with and without an attacker
   that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.

@@ -182,3 +182,33 @@ def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(be
     assert max(reads) <= 1.1 * min(reads), printed  # per-node reads flat across N
     assert all(rows[n][7] == "100.00%" for n in rows), printed  # every step its budget
     assert "MISSED" not in printed, printed
+
+
+def test_tokenizations_lists_every_segmentation_into_the_vocabulary(benchmarks):
+    gap = benchmarks("tokenization_gap")
+    pieces = {"1": [10], "2": [11], "12": [12], "<a>": [13], "<": [14], "a": [15], ">": [16]}
+    assert sorted(gap.tokenizations("12", pieces)) == [(10, 11), (12,)]
+    assert sorted(gap.tokenizations("<a>1", pieces)) == [(13, 10), (14, 15, 16, 10)]  # a tag, or its characters
+    assert gap.tokenizations("", pieces) == [()]
+    assert gap.tokenizations("13", pieces) == []  # "3" is no piece: no tokenization
+    assert len(gap.tokenizations("12" * 8, pieces)) == 2**8
+    with pytest.raises(gap.TooManyTokenizations):
+        gap.tokenizations("12" * 8, pieces, limit=255)
+
+
+def test_tokenization_gap_quick_scores_every_tokenization_and_finds_none_for_characters(benchmarks, monkeypatch,
+                                                                                         tmp_path, capsys):
+    monkeypatch.setenv("FTIS_CACHE", str(tmp_path / "cache"))  # the quick warm starts: 20 steps, seconds
+    benchmarks("tokenization_gap").main(["--quick"])
+    printed = capsys.readouterr().out
+    for label in ("small-bpe", "small"):
+        (row,) = [row for row in table_rows(printed, label) if len(row) == 9 and row[1].isdigit()]  # the first table
+        samples, left_out = int(row[1]), int(row[2])
+        assert samples + left_out == 6 * 4 and samples > 0, printed
+        assert float(row[8]) < 1e-4, printed  # the generator's sampler log-probs are the teacher-forced ones
+    # the character tokenizer spells a text one way (but for the tags): no gap, the weight exact
+    figures = {row[1]: row for row in table_rows(printed, "small") if len(row) == 8}
+    for name in ("δ_c = log π(y) − log π(τ_c)", "δ_s = log π(y) − log π(τ_s)"):
+        assert float(figures[name][6]) == 0, printed
+    assert float(figures["weight factor exp((δ_s − δ_c)/L)"][6]) == 1, printed
+    assert re.search(r"small-bpe → small +\| +\d+ \|", printed) and re.search(r"small → small-bpe +\| +\d+ \|", printed)

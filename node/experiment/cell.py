@@ -1,6 +1,7 @@
 """One cell of the grid: a condition at a seed, run to the end, as a JSON-ready record.
 
     warm = prepare_warm_starts(grid, echo=print)  # once per grid: {label: warmed model folder}
+    folder = warm_start_of(grid, "small")  # one model's, as the cells load it
     record = run_cell(grid, Cell("ftis", 0), warm)
     record = run_cell(grid, Cell("ftis", 0), warm, CellExtras(members=[make_attacker]))  # with additions
 
@@ -61,19 +62,23 @@ def prepare_warm_starts(grid: Grid, echo: Echo | None = None) -> dict[str, Path]
     """The warm start of every model some condition trains, trained now (all at once, a thread each) or
     found in the cache: {label: model folder}. Two models with one recipe share a folder (the cache's lock
     makes one wait)."""
-    from ftis.node.warmup import warm_start, warmup_spec
-
-    def prepare(label: str) -> Path:
-        spec = grid.models[label]
-        condition = next(name for name in grid.conditions if label in grid.condition_models(name))
-        task = grid.node_config(label, condition, 0, Path("model")).task
-        model = ModelConfig(name=spec.name, seed=grid.warmup_seed_of(label), warmup=spec.warmup)
-        say = (lambda line: echo(f"{label}: {line}")) if echo else None
-        return warm_start(warmup_spec(model, task), spec.warmup.cache_dir, say).path
-
     used = {label for condition in grid.conditions for label in grid.condition_models(condition)}
     labels = [label for label in grid.models if label in used]
-    return dict(zip(labels, in_parallel([lambda label=label: prepare(label) for label in labels]), strict=True))
+    starts = in_parallel([lambda label=label: warm_start_of(grid, label, echo) for label in labels])
+    return dict(zip(labels, starts, strict=True))
+
+
+def warm_start_of(grid: Grid, label: str, echo: Echo | None = None) -> Path:
+    """The warmed folder of model ``label`` (a model some condition trains), trained now or found in the cache:
+    its recipe, its warm-up seed and the task of its first condition, as every cell of the grid loads it."""
+    from ftis.node.warmup import warm_start, warmup_spec
+
+    spec = grid.models[label]
+    condition = next(name for name in grid.conditions if label in grid.condition_models(name))
+    task = grid.node_config(label, condition, 0, Path("model")).task
+    model = ModelConfig(name=spec.name, seed=grid.warmup_seed_of(label), warmup=spec.warmup)
+    say = (lambda line: echo(f"{label}: {line}")) if echo else None
+    return warm_start(warmup_spec(model, task), spec.warmup.cache_dir, say).path
 
 
 def eval_rounds(rounds: int, every: int) -> list[int]:
