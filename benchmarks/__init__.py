@@ -18,6 +18,8 @@ Files:
 - ``tokenization_gap.py``  on the warmed tiny models of the cross-tokenizer grid, a completion text's log-prob over
   every tokenization against the one tokenization each side scores, and what that does to the per-sequence
   weight (docs/loss.md).
+- ``length_normaliser.py``  on the same models and samples, the per-sequence weight's x̄, truncation and filter
+  under each candidate length normaliser L (the receiver's tokens, the generator's, characters).
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.
 - ``poisoning.py``, ``poisoning_attack.py``  an honest node's held-out accuracy with and without an attacker
   that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.

@@ -90,9 +90,10 @@ def tokenizations(text: str, pieces: dict[str, list[int]], limit: int = MAX_TOKE
     return suffixes[0]
 
 
-def sequence_logprobs(model, prompt: np.ndarray, completions: list[tuple[int, ...]], temperature: float) -> np.ndarray:
-    """(K,) log π(completion | prompt) of each completion, teacher-forced with logits / T, right-padded in
-    batches of ``SCORE_BATCH``."""
+def token_logprobs(model, prompt: np.ndarray, completions: list[tuple[int, ...]], temperature: float
+                   ) -> list[np.ndarray]:
+    """(len(completion),) log π(token | prompt, the tokens before it) of each completion, teacher-forced with
+    logits / T, right-padded in batches of ``SCORE_BATCH``."""
     import torch
 
     out = []
@@ -103,18 +104,22 @@ def sequence_logprobs(model, prompt: np.ndarray, completions: list[tuple[int, ..
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
         mask = torch.zeros_like(ids)
         targets = torch.zeros((len(chunk), width - P), dtype=torch.long)
-        scored = torch.zeros((len(chunk), width - P), dtype=torch.bool)
         for row, completion in enumerate(chunk):
             ids[row, :P] = torch.from_numpy(prompt)
             ids[row, P : P + len(completion)] = torch.tensor(completion, dtype=torch.long)
             mask[row, : P + len(completion)] = 1
             targets[row, : len(completion)] = torch.tensor(completion, dtype=torch.long)
-            scored[row, : len(completion)] = True
         with torch.inference_mode():
             logits = model(input_ids=ids, attention_mask=mask).logits[:, P - 1 : width - 1].float()  # (B, T, V)
             logprobs = (logits / temperature).log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, T)
-        out.append((logprobs * scored).sum(-1).double().numpy())
-    return np.concatenate(out)
+        rows = logprobs.double().numpy()
+        out.extend(rows[row, : len(completion)] for row, completion in enumerate(chunk))
+    return out
+
+
+def sequence_logprobs(model, prompt: np.ndarray, completions: list[tuple[int, ...]], temperature: float) -> np.ndarray:
+    """(K,) log π(completion | prompt) of each completion: its ``token_logprobs`` summed."""
+    return np.array([t.sum() for t in token_logprobs(model, prompt, completions, temperature)], np.float64)
 
 
 @dataclass
@@ -166,8 +171,13 @@ class Sample:
     text: str
     stop: bool  # ended by the end-of-sequence token (else cut at max_new_tokens)
     sampled: tuple[int, ...]  # τ_s, the ids the generator sampled
-    sampler_sum: float  # Σ of the generator's sampler log-probs over τ_s
+    sampler_logprobs: np.ndarray  # (len(τ_s),) the generator's sampler log-probs
     own: TextScore  # the generating model's scores of its text
+
+    @property
+    def sampler_sum(self) -> float:
+        """log π_gen(τ_s) as the generator claims it: Σ of its sampler log-probs."""
+        return float(np.sum(self.sampler_logprobs, dtype=np.float64))
 
     @property
     def canonical(self) -> bool:
@@ -220,6 +230,7 @@ class ModelResult:
     left_out: int  # samples with a special token before their end
     mean_reward: float  # over every sample, left out ones included
     g: float  # the grid's divergence threshold
+    C: float  # the grid's truncation of the weight
     seconds: float
 
 
@@ -262,10 +273,10 @@ def measure(grid, label: str, problems: int, group_size: int | None, seed: int) 
             if special & set(sampled[: len(sampled) - stop]):
                 left_out += 1
                 continue
-            sampler_sum = float(np.sum(completion.sampler_logprobs, dtype=np.float64))
-            samples.append(Sample(index, text, stop, sampled, sampler_sum, scorer.score(index, text, stop)))
+            sampler = np.asarray(completion.sampler_logprobs, np.float64)
+            samples.append(Sample(index, text, stop, sampled, sampler, scorer.score(index, text, stop)))
     return ModelResult(label, scorer, samples, left_out, float(np.mean(rewards)), config.loss.divergence_threshold,
-                       time.perf_counter() - started)
+                       config.loss.clip_c, time.perf_counter() - started)
 
 
 @dataclass

@@ -212,3 +212,25 @@ def test_tokenization_gap_quick_scores_every_tokenization_and_finds_none_for_cha
         assert float(figures[name][6]) == 0, printed
     assert float(figures["weight factor exp((δ_s − δ_c)/L)"][6]) == 1, printed
     assert re.search(r"small-bpe → small +\| +\d+ \|", printed) and re.search(r"small → small-bpe +\| +\d+ \|", printed)
+    # the same samples, each normalised by each candidate L (benchmarks/length_normaliser.py)
+    benchmarks("length_normaliser").main(["--quick", "--models", "small-bpe,small"])
+    printed = capsys.readouterr().out
+    for label in ("small-bpe → small-bpe", "small → small", "small-bpe → small", "small → small-bpe"):
+        assert len([row for row in table_rows(printed, label) if len(row) == 11]) == 3, printed  # one row per L
+    (check,) = [row for row in table_rows(printed, "small → small") if len(row) == 5]  # x̄ = the per-token mean
+    assert check[1] == check[2] and float(check[3]) < 1e-4, printed
+
+
+def test_length_normaliser_figures_on_hand_built_log_ratios(benchmarks):
+    normaliser = benchmarks("length_normaliser")
+    log_ratios = np.array([0.0, -2.0, 4.0, -30.0])  # (S,) log π_gen − log π_θold
+    by_tokens = normaliser.figures(log_ratios, np.array([2.0, 2.0, 2.0, 2.0]), C=2.0, g=10.0)
+    # x̄ = 0, −1, 2, −15: weights 1, e, e^−2, e^15; k3 = 0, 0.37, 4.39, 14
+    assert by_tokens.p50 == pytest.approx(-0.5)
+    assert by_tokens.truncated == 0.5  # e and e^15 above C = 2
+    assert by_tokens.flagged == 0.25  # −15 only: k3(2) = 4.39 < 10
+    assert by_tokens.flagged_small == 0.5  # 2 and −15 over g = 1
+    by_characters = normaliser.figures(log_ratios, np.array([6.0, 6.0, 6.0, 6.0]), C=2.0, g=10.0)
+    # three times the units: x̄ = 0, −1/3, 2/3, −5: one weight above C (e^5), none over g = 10, one over g = 1
+    assert by_characters.truncated == 0.25 and by_characters.flagged == 0
+    assert by_characters.flagged_small == 0.25  # k3(−5) = 4.0; k3(2/3) = 0.28
