@@ -163,5 +163,6 @@ def test_the_grid_of_tokenizers_runs_quick(tmp_path):
     grid = load_grid(config).adjusted(quick=True)
     nodes = {cell.condition: sorted(json.loads(cell_path(out, cell).read_text())["nodes"]) for cell in grid.cells()}
     assert nodes == {"solo": ["small", "small-bpe", "small-twin"], "xtok-pair": ["small", "small-bpe"],
-                     "same-pair": ["small", "small-twin"]}
+                     "same-pair": ["small", "small-twin"], "same-pair-seq": ["small", "small-twin"],
+                     "xtok-pair-nois": ["small", "small-bpe"]}
     assert "| xtok-pair − same-pair | small |" in (out / "report.md").read_text()

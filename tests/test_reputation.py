@@ -239,7 +239,7 @@ def test_deliveries_and_refusals_for_the_peers_fault_feed_its_score():
 
 def test_benign_refusals_are_no_evidence():
     clock = FakeClock()
-    inbox = make_inbox(clock, per_peer_quota=1)
+    inbox = make_inbox(clock, per_peer_quota=1, other_tokenizers=False)
     cases = [make_batch("bob", 0, clock(), run_id="other"), make_batch("bob", 1, clock() - 120),
              make_batch("bob", 2, clock(), tokenizer="tok-b"), make_batch("bob", 3, clock()),
              make_batch("bob", 4, clock())]  # the last one: over bob's quota of 1

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -48,7 +48,7 @@ Received = dict[str, list[ReceivedBatch]]  # receiver's peer id -> what it got, 
 class SwarmHarness:
     """Connected transports of one implementation, and the time they live in."""
 
-    join: Callable[..., Transport]  # (name, tokenizer=TOKENIZER) -> a new transport in the swarm
+    join: Callable[..., Transport]  # (name, tokenizer=TOKENIZER, other_tokenizers=True) -> a new transport
     run_id: str  # the run its transports are in
     now: Callable[[], float]  # unix seconds, as the transports' clocks read it
     advance: Callable[[float], None]  # let that much time pass
@@ -83,8 +83,9 @@ LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=64, max_batches=256, max_byt
 def memory_swarm(_request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
     hub, clock, transports = MemoryHub(), FakeClock(), []
 
-    def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
-        transports.append(MemoryTransport(hub, RUN_ID, name, tokenizer, LIMITS, clock=clock))
+    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True) -> Transport:
+        limits = replace(LIMITS, other_tokenizers=other_tokenizers)
+        transports.append(MemoryTransport(hub, RUN_ID, name, tokenizer, limits, clock=clock))
         return transports[-1]
 
     try:
@@ -143,8 +144,9 @@ def hivemind_swarm(request: pytest.FixtureRequest, **sampling: int) -> Iterator[
     clock = ShiftedClock(get_dht_time)
     transports: list[HivemindTransport] = []
 
-    def join(name: str, tokenizer: str = TOKENIZER) -> Transport:
-        transports.append(HivemindTransport(config, tokenizer, clock=clock))  # the peer id is its own, not name
+    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True) -> Transport:
+        settings = config.model_copy(update={"other_tokenizers": "sequence" if other_tokenizers else "skip"})
+        transports.append(HivemindTransport(settings, tokenizer, clock=clock))  # the peer id is its own, not name
         return transports[-1]
 
     try:
@@ -241,20 +243,23 @@ def test_a_batch_older_than_max_age_is_not_delivered(swarm):
     assert bob.stats().rejections == {(alice.peer_id, "stale"): 1}
 
 
-def test_another_tokenizer_is_skipped_and_counted(swarm):
-    alice, bob = swarm.peers(2)
+def test_another_tokenizer_is_delivered_or_skipped_and_counted_as_each_peer_chooses(swarm):
+    alice, bob = swarm.peers(2)  # they take other tokenizers' batches (the default)
+    picky = swarm.join("picky", other_tokenizers=False)
     odd = swarm.join("odd", tokenizer="tok-other")
     publish(odd, 0, swarm, tokenizer="tok-other")
     publish(alice, 0, swarm)  # the marker
-    # Two publishers: on a network bob may read alice's announcement before odd's, so the marker alone
-    # does not say odd's batch was considered; its count does (each batch gets one final answer).
-    marker = has({bob.peer_id: {(alice.peer_id, 0)}})
-    got = swarm.settle([bob], lambda got: marker(got) and (odd.peer_id, "tokenizer") in bob.stats().rejections)
-    assert ids(got[bob.peer_id]) == [(alice.peer_id, 0)]
-    assert bob.stats().rejections == {(odd.peer_id, "tokenizer"): 1}
-    got = swarm.settle([odd], lambda _: (alice.peer_id, "tokenizer") in odd.stats().rejections)
-    assert got[odd.peer_id] == []  # and the odd one out skips everyone else's
-    assert odd.stats().rejections == {(alice.peer_id, "tokenizer"): 1}
+    got = swarm.settle([bob], has({bob.peer_id: {(alice.peer_id, 0), (odd.peer_id, 0)}}))
+    assert sorted(ids(got[bob.peer_id])) == sorted([(alice.peer_id, 0), (odd.peer_id, 0)])
+    assert bob.stats().rejections == {}
+    # Two publishers: on a network picky may read alice's announcement before odd's, so the marker alone does
+    # not say odd's batch was considered; its count does (each batch gets one final answer).
+    marker = has({picky.peer_id: {(alice.peer_id, 0)}})
+    got = swarm.settle([picky], lambda got: marker(got) and (odd.peer_id, "tokenizer") in picky.stats().rejections)
+    assert ids(got[picky.peer_id]) == [(alice.peer_id, 0)]
+    assert picky.stats().rejections == {(odd.peer_id, "tokenizer"): 1}
+    got = swarm.settle([odd], has({odd.peer_id: {(alice.peer_id, 0)}}))  # and the odd one takes theirs
+    assert ids(got[odd.peer_id]) == [(alice.peer_id, 0)] and odd.stats().rejections == {}
 
 
 def test_a_late_joiner_gets_only_batches_within_max_age(swarm):

@@ -276,7 +276,7 @@ class InboxFuzz:
         for peer in self.peers:
             count = sum(1 for p, _ in pending if p == peer)
             expect(count <= LIMITS.per_peer_quota, f"{peer} has {count} batches in flight or queued")
-        expect(inbox._in_flight <= set(pending), "a batch in flight is not counted against the limits")
+        expect(set(inbox._in_flight) <= set(pending), "a batch in flight is not counted against the limits")
         expect(inbox._deferred <= set(inbox._seen), "a deferred batch is not remembered")
         expect(set(inbox._forgotten) <= set(self.peers), "the inbox remembers peers that never announced")
         expect(len(inbox.scores()) <= len(self.peers), "the inbox scores peers that never announced")
