@@ -25,7 +25,6 @@ against the receiver's teacher-forced log-prob of it, a forward pass of its own)
 count wherever τ_s = τ_c, to float error.
 """
 
-import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,30 +160,15 @@ def print_pairs(pairs: list[Pair]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="small-bpe,small,small-twin", help="labels of tokenizers.toml")
-    parser.add_argument("--problems", type=int, default=1000, help="held-out problems per model (default 1000)")
-    parser.add_argument("--group-size", type=int, default=None, help="completions per problem (default the grid's)")
-    parser.add_argument("--seed", type=int, default=0, help="the generator's sampling seed")
-    parser.add_argument("--quick", action="store_true", help="6 problems × 4 completions, the grid's quick warm-up")
-    args = parser.parse_args(argv)
     import time
 
-    import torch
+    from benchmarks.demo_nodes import load_average
+    from benchmarks.tokenization_gap import measure_models, one_torch_thread, sample_arguments
 
-    from benchmarks.demo_nodes import load_average, torch_threads_kept
-    from benchmarks.tokenization_gap import GRID, measure
-    from ftis.node.experiment.grid import load_grid
-
+    args = sample_arguments(__doc__.splitlines()[0], "small-bpe,small,small-twin", argv)
     started = time.perf_counter()
-    grid = load_grid(GRID).adjusted(quick=args.quick)
-    problems = 6 if args.quick else args.problems
-    group_size = 4 if args.quick else args.group_size
-    print(f"torch {torch.__version__}, 1 thread, load average {load_average()} at start; {problems} held-out "
-          f"problems × G = {group_size or 'the grid’s'}, sampling seed {args.seed}")
-    with torch_threads_kept():
-        torch.set_num_threads(1)
-        results = [measure(grid, label.strip(), problems, group_size, args.seed) for label in args.models.split(",")]
+    with one_torch_thread():
+        results = measure_models(args)
         pairs = [pair(sender, receiver) for sender in results for receiver in results]
     for r in results:
         print(f"{r.label}: {len(r.samples)} samples ({r.left_out} left out), mean reward {r.mean_reward:.3f}")

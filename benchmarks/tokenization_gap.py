@@ -43,6 +43,8 @@ Check: Σ sampler log-probs of each sample against its teacher-forced log π(τ_
 import argparse
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -395,17 +397,35 @@ def print_results(results: list[ModelResult], crossed: list[CrossResult]) -> Non
               f"{off_by(factors, 0.1):.2%}; D > g = {r.g:g} in {filtered:.2%}; {r.seconds:.1f} s")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="small-bpe,small", help="labels of tokenizers.toml, comma-separated")
+def sample_arguments(description: str, models: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line both measurements share: which models, how many samples, the seed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", default=models, help="labels of tokenizers.toml, comma-separated")
     parser.add_argument("--problems", type=int, default=1000, help="held-out problems per model (default 1000)")
     parser.add_argument("--group-size", type=int, default=None, help="completions per problem (default the grid's)")
     parser.add_argument("--seed", type=int, default=0, help="the generator's sampling seed")
     parser.add_argument("--quick", action="store_true", help="6 problems × 4 completions, the grid's quick warm-up")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread inside, as it was after (the measurements' figures are one thread's)."""
     import torch
 
-    from benchmarks.demo_nodes import load_average, torch_threads_kept
+    from benchmarks.demo_nodes import torch_threads_kept
+
+    with torch_threads_kept():
+        torch.set_num_threads(1)
+        yield
+
+
+def measure_models(args: argparse.Namespace) -> list["ModelResult"]:
+    """Each model of ``args.models`` measured (``measure``), after a line saying how (call it in
+    ``one_torch_thread``)."""
+    import torch
+
+    from benchmarks.demo_nodes import load_average
     from ftis.node.experiment.grid import load_grid
 
     grid = load_grid(GRID).adjusted(quick=args.quick)  # --quick: the grid's quick warm-up (seconds, not minutes)
@@ -413,9 +433,15 @@ def main(argv: list[str] | None = None) -> None:
     group_size = 4 if args.quick else args.group_size
     print(f"torch {torch.__version__}, 1 thread, load average {load_average()} at start; {problems} held-out "
           f"problems × G = {group_size or 'the grid’s'}, sampling seed {args.seed}")
-    with torch_threads_kept():
-        torch.set_num_threads(1)
-        results = [measure(grid, label.strip(), problems, group_size, args.seed) for label in args.models.split(",")]
+    return [measure(grid, label.strip(), problems, group_size, args.seed) for label in args.models.split(",")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks.demo_nodes import load_average
+
+    args = sample_arguments(__doc__.splitlines()[0], "small-bpe,small", argv)
+    with one_torch_thread():
+        results = measure_models(args)
         crossed = [cross(sender, receiver) for sender in results for receiver in results if sender is not receiver]
     print_results(results, crossed)
     print(f"load average {load_average()} at the end")

@@ -126,23 +126,10 @@ class Trainer:
 
 
 def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool) -> LossInputs | SequenceLossInputs:
-    """The loss's inputs for one micro-batch: π_θold is this forward pass's values, detached (one step a round)."""
+    """The loss's inputs for one micro-batch: π_θold is this forward pass's values, detached (one step a round);
+    the generator's log-probs per token, or per completion (``per_sequence``)."""
+    common = {"logprobs": logprobs, "old_logprobs": logprobs.detach(), "loss_mask": packed.loss_mask,
+              "rewards": packed.rewards, "group_ids": packed.group_index, "off_policy": packed.off_policy}
     if per_sequence:
-        return SequenceLossInputs(
-            logprobs=logprobs,
-            old_logprobs=logprobs.detach(),
-            sampler_sequence_logprobs=packed.sampler_sequence_logprobs,
-            loss_mask=packed.loss_mask,
-            rewards=packed.rewards,
-            group_ids=packed.group_index,
-            off_policy=packed.off_policy,
-        )
-    return LossInputs(
-        logprobs=logprobs,
-        old_logprobs=logprobs.detach(),
-        sampler_logprobs=packed.sampler_logprobs,
-        loss_mask=packed.loss_mask,
-        rewards=packed.rewards,
-        group_ids=packed.group_index,
-        off_policy=packed.off_policy,
-    )
+        return SequenceLossInputs(sampler_sequence_logprobs=packed.sampler_sequence_logprobs, **common)
+    return LossInputs(sampler_logprobs=packed.sampler_logprobs, **common)
