@@ -78,13 +78,16 @@ def offers(*spec: tuple[str, float]) -> list[Offer[str]]:
     return [Offer(peer, created_at, f"{peer}@{created_at}") for peer, created_at in spec]
 
 
-def test_offers_rank_freshest_first_equals_at_random_better_scored_first_ahead_dated_last():
+def test_offers_rank_freshest_first_equals_at_random_better_scored_first_ahead_dated_last_suspects_after_all():
     now = 1000.0
-    spec = offers(("old", 990.0), ("ahead", 1003.0), ("fresh-a", 999.5), ("fresh-b", 999.2), ("poor", 999.6))
+    spec = offers(("old", 990.0), ("ahead", 1003.0), ("fresh-a", 999.5), ("fresh-b", 999.2), ("lower", 999.6),
+                  ("suspect", 999.9))
     firsts = Counter()
     for seed in range(200):
-        ranked = [o.peer_id for o in rank_offers(spec, now, 1.0, random.Random(seed), {"poor": 0.5})]
-        assert ranked[2:] == ["poor", "old", "ahead"]  # a lower score waits behind equals; ahead ranks stalest
+        ranked = [o.peer_id for o in rank_offers(spec, now, 1.0, random.Random(seed), {"lower": 0.8,
+                                                                                      "suspect": 0.5})]
+        # a lower score waits behind equals; ahead ranks stalest; a suspect (one refusal) after everyone
+        assert ranked[2:] == ["lower", "old", "ahead", "suspect"]
         firsts[ranked[0]] += 1
     assert set(firsts) == {"fresh-a", "fresh-b"} and min(firsts.values()) > 60  # ties broken at random
 
