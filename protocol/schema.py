@@ -7,7 +7,7 @@ decoding does a fixed amount of Python work per group, not per completion.
 """
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -263,6 +263,15 @@ class RolloutBatch:
     @property
     def num_completions(self) -> int:
         return sum(group.size for group in self.groups)
+
+    def without_texts(self) -> "RolloutBatch":
+        """The batch with no completion texts (what a receiver of the generator's own tokenizer keeps: it never
+        reads them, and they can hold several times the memory of the ids)."""
+        if all(group.columns.texts is None for group in self.groups):
+            return self
+        groups = tuple(Group.from_columns(group.group_id, group.task, group.prompt_ids,
+                                          replace(group.columns, texts=None)) for group in self.groups)
+        return replace(self, groups=groups)
 
     @property
     def num_completion_tokens(self) -> int:

@@ -29,7 +29,7 @@ from ftis.node.swarm.memory import MemoryHub
 from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.packing import micro_batches
-from ftis.node.trainer.text_groups import RETOKENIZED_PER_TOKEN, Retokenizer
+from ftis.node.trainer.text_groups import MAX_CHARACTERS_PER_TOKEN, RETOKENIZED_PER_TOKEN, Retokenizer, end_of_turn
 from ftis.node.trainer.trainer import Trainer
 from ftis.node.trainer.wire_groups import score_batch
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
@@ -125,6 +125,35 @@ def test_groups_this_node_cannot_rebuild_are_unusable(case):
     assert (scored.groups, scored.unusable) == ([], 1)
 
 
+def test_a_text_over_the_character_bound_is_refused_before_it_is_tokenized():
+    calls = []
+
+    class Counting(type(OWN)):
+        def __call__(self, text, *args, **kwargs):
+            calls.append(len(text))
+            return super().__call__(text, *args, **kwargs)
+
+    counting = build_tokenizer()
+    counting.__class__ = Counting
+    retokenizer = Retokenizer.for_node(counting, chat=False, max_new_tokens=MAX_NEW_TOKENS)
+    huge = "7" * (MAX_CHARACTERS_PER_TOKEN * retokenizer.max_tokens + 1)
+    assert score(other_batch([["3", huge]]), retokenizer).unusable == 1
+    assert calls == []  # no text of the group was tokenized
+    assert score(other_batch([["3" * 30, "4", "5"]]), retokenizer).unusable == 1  # 31 tokens: over the bound...
+    assert calls == [30]  # ...found on the first text, and the others never tokenized
+
+
+def test_a_special_tokens_string_in_a_text_stays_characters_and_a_stop_gets_the_end_of_a_turn():
+    (group,) = score(other_batch([["1<eos>2", "x"]])).groups
+    first = group.completions.token_ids[: group.completions.lengths[0]].tolist()
+    assert first == [*OWN.encode("1"), *OWN.encode("<"), *OWN.encode("eos"), *OWN.encode(">"), *OWN.encode("2"),
+                     OWN.eos_token_id]  # the generator's text, not an end of sequence in the middle
+    chat = build_tokenizer()  # a template whose assistant turns end with <pad>: the end a stop gets in chat mode
+    chat.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<pad>{% endfor %}"
+    assert end_of_turn(chat, chat=True) == chat.pad_token_id and end_of_turn(chat, chat=False) == chat.eos_token_id
+    assert end_of_turn(OWN, chat=True) == OWN.eos_token_id  # no template: the end of sequence
+
+
 def test_the_bound_on_tokens_keeps_the_longest_honest_completion():
     text = "9" * (RETOKENIZED_PER_TOKEN * MAX_NEW_TOKENS - 1)  # with its end token: exactly the bound
     (group,) = score(other_batch([["3", text]])).groups
@@ -165,6 +194,8 @@ def test_micro_batches_hold_one_form_and_a_mixed_advantage_group_goes_per_sequen
     micro = micro_batches([mine, other, *shared], max_tokens=10_000)
     assert [(m.per_sequence, [g.group_id for g in m.groups]) for m in micro] == [
         (False, ["me/0/0"]), (True, ["bob/0/0", "me/0/1", "bob/0/0"])]
+    step = Trainer(model(), "full", LossConfig(), TrainerConfig(learning_rate=1e-2)).step([mine, other, *shared])
+    assert step.trained and step.sequence_groups == 3  # the other tokenizer's two, and the own one beside it
 
 
 def test_a_step_on_both_forms_trains_and_counts_the_groups_per_sequence():

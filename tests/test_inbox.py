@@ -36,7 +36,7 @@ from ftis.node.swarm.inbox import (
 )
 from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
 from ftis.node.swarm.outbox import Outbox
-from ftis.protocol import encode
+from ftis.protocol import Group, encode
 from ftis.protocol.announcement import decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
 
@@ -126,6 +126,25 @@ def test_another_tokenizer_is_skipped_and_counted_where_the_node_skips_them(cloc
     inbox = make_inbox(clock, other_tokenizers=False)
     assert not offer(inbox, "bob", 0, tokenizer="tok-b")
     assert rejections(inbox) == {("bob", TOKENIZER_REASON): 1}
+
+
+def with_texts(batch):
+    groups = tuple(Group.from_columns(g.group_id, g.task, g.prompt_ids,
+                                      replace(g.columns, texts=tuple(f"text {c}" for c in range(g.size))))
+                   for g in batch.groups)
+    return replace(batch, groups=groups)
+
+
+def test_texts_are_kept_only_for_another_tokenizer(clock):
+    """A batch of this node's own tokenizer is read by its ids: its texts (several times the ids' memory) go."""
+    inbox = make_inbox(clock)
+    for peer, tokenizer in (("alice", TOKENIZER), ("bob", "tok-b")):
+        p = publish(with_texts(make_batch(peer, 0, tokenizer=tokenizer)))
+        assert inbox.consider(p.announcement, p.descriptor) and inbox.deliver(peer, p.descriptor, p.batch, len(p.data))
+    delivered = {item.peer_id: item.batch for item in inbox.drain()}
+    assert all(g.columns.texts is None for g in delivered["alice"].groups)
+    assert all(g.columns.texts == tuple(f"text {c}" for c in range(g.size)) for g in delivered["bob"].groups)
+    assert delivered["alice"].num_completion_tokens == make_batch("alice", 0).num_completion_tokens
 
 
 def test_another_tokenizer_is_fetched_and_delivered_as_announced_by_default(clock):

@@ -5,7 +5,8 @@ other tokenizers.
 - The Qwen2 nodes train on each other's groups per token, and on the Phi-3 and GPT-2 groups per sequence.
 - The Phi-3 node trains on the Qwen2 groups per sequence: the texts cross the wire as the Qwen2 nodes decoded
   them; the prompt is the Phi-3 node's own rendering of its copy of the problem; the completion is the text in
-  Phi-3 tokens, which decode back to the same text; the weights are finite and at most C.
+  Phi-3 tokens, which decode back to the same text, and a completion that stopped ends Phi-3's turn (``<|end|>``);
+  the weights are finite and at most C.
 - The GPT-2 node (``other_tokenizers = "skip"``) fetches nothing of theirs: each batch is refused as
   ``tokenizer``.
 
@@ -106,6 +107,7 @@ def test_qwen2_phi3_and_gpt2_nodes_share_one_run_per_token_and_per_sequence(tmp_
     # What crossed the wire and what the Phi-3 node made of it.
     qwen_tokenizer, phi_node = nodes["full"].policy.tokenizer, nodes["phi"]
     phi_tokenizer = phi_node.policy.tokenizer
+    phi_end = phi_tokenizer.convert_tokens_to_ids("<|end|>")
     sent = {group.group_id: group for item in phi_received if item.peer_id in (ids["full"], ids["lora"])
             for group in item.batch.groups}
     assert sent
@@ -124,6 +126,9 @@ def test_qwen2_phi3_and_gpt2_nodes_share_one_run_per_token_and_per_sequence(tmp_
         back = phi_tokenizer.batch_decode([row.tolist() for row in np.split(group.completions.token_ids, ends)],
                                           skip_special_tokens=True)
         assert back == list(sent[group.group_id].columns.texts)  # text -> Phi-3 tokens -> the same text
+        stopped = [row[-1] for row, finish in zip(np.split(group.completions.token_ids, ends),
+                                                  group.completions.finish_reasons, strict=True) if finish == "stop"]
+        assert all(end == phi_end for end in stopped)  # a stop ends the Phi-3 turn: <|end|>, not <|endoftext|>
         assert np.allclose(group.sequence_logprobs, [float(c.sampler_logprobs.sum())
                                                      for c in sent[group.group_id].completions], atol=1e-3)
 

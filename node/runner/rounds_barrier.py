@@ -1,6 +1,6 @@
 """Rounds mode's wait for the peers (``loop.mode = "rounds"``, docs/node.md): a round waits, up to
-``loop.round_deadline_s``, until every live peer (announced within its TTL, same tokenizer, not muted, not
-announcing itself unreachable) has
+``loop.round_deadline_s``, until every live peer (announced within its TTL, with a tokenizer this node trains on:
+its own, or any with ``[swarm] other_tokenizers = "sequence"``; not muted, not announcing itself unreachable) has
 delivered a batch of this round or a later one, and trains on the batches of this round and earlier ones (a
 batch of a later round is held until this node reaches that round, where its prompts are this node's too).
 

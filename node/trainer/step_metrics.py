@@ -51,8 +51,8 @@ class StepMetrics:
     # off-policy groups among them (parts of one advantage group in horizontal mode)
     peer_groups: int = figure(0)
     zero_variance_groups: int = figure(0, tag="groups/zero_variance", every_step=True)  # skipped: equal rewards
-    # ...of the groups trained on, those trained per sequence: another tokenizer's (with their advantage group), and
-    # under [loss] same_tokenizer_weights = "sequence" every peer's
+    # ...of the groups trained on, those trained per sequence: another tokenizer's and the rest of their advantage
+    # groups, and under [loss] same_tokenizer_weights = "sequence" every peer's
     sequence_groups: int = figure(0, tag="groups/per_sequence")
     sequences: int = figure(0, tag="train/sequences")  # completions in the informative groups
     tokens: int = figure(0, tag="train/tokens", shown=True, unit="count")  # completion tokens trained on

@@ -3,15 +3,20 @@ mean nothing to this node, so the group is rebuilt from what both sides share.
 
 - The prompt: this node renders the problem the group names, from its own copy of the task, as it renders its
   own prompts (the generator's prompt ids are not read).
-- The completions: each completion's text (protocol v3 carries it), tokenized by this node's tokenizer, plus
-  this node's end-of-sequence token where the generator stopped on its own (finish "stop"): the generator's
-  log-prob includes the end it sampled, so π_θ(y) includes this node's.
+- The completions: each completion's text (protocol v3 carries it), tokenized by this node's tokenizer as plain
+  text (a special token's string in it stays characters, as the generator's decoding left them), plus this
+  node's end token where the generator stopped on its own (finish "stop"): the generator's log-prob includes the
+  end it sampled, so π_θ(y) includes this node's. In the chat template the end of an assistant turn
+  (``<|im_end|>`` for Qwen2, ``<|end|>`` for Phi-3), else the end-of-sequence token.
 - The generator's log π_gen(y): its sampler log-probs summed over its own tokens (``TrainingGroup.sampler_sums``
   of the wire group), one number per completion, which the per-sequence loss compares with this node's.
 
 A text a peer sends is as much its claim as its log-probs are: the loss bounds what either can do (docs/loss.md).
-What a text costs this node is bounded here: a completion of more than ``max_tokens`` tokens once tokenized here
-makes its group unusable, so a peer cannot make this node train on more than that many tokens per completion.
+What a text costs this node is bounded here, before it is tokenized: a text of more than
+``MAX_CHARACTERS_PER_TOKEN × max_tokens`` characters, or one of more than ``max_tokens`` tokens once tokenized,
+makes its group unusable, and the group's texts are tokenized one at a time, stopping at the first too long. So a
+peer cannot make this node tokenize more than that many characters, or train on more than that many tokens, per
+completion.
 """
 
 from dataclasses import dataclass
@@ -30,6 +35,11 @@ if TYPE_CHECKING:
 # the same text is at most a few times longer in one tokenizer than in another (a character tokenizer against a
 # 150k-token BPE: ~4x on English and arithmetic), so 4x keeps every honest completion and bounds a peer's cost.
 RETOKENIZED_PER_TOKEN = 4
+# Characters a text may have for each token it may become here, checked before tokenizing: text averages 3-5
+# characters a token under a large BPE, so 16 keeps every honest completion, and a peer's 2 MB text costs this
+# node a length check, not seconds of tokenizing and gigabytes of memory.
+MAX_CHARACTERS_PER_TOKEN = 16
+_END_MARK = "\u2063ftis-end-mark\u2063"  # an assistant turn's content when rendering the template's end of a turn
 
 
 @dataclass(frozen=True)
@@ -39,27 +49,31 @@ class Retokenizer:
     tokenizer: "PreTrainedTokenizerBase"
     chat: bool  # prompts wrapped in the chat template, as this node's own are
     max_tokens: int  # this node's tokens one completion may have
+    end_id: int | None  # appended to a completion that stopped: the end of a turn (chat) or of the sequence
 
     @classmethod
     def for_node(cls, tokenizer: "PreTrainedTokenizerBase", chat: bool, max_new_tokens: int) -> "Retokenizer":
-        return cls(tokenizer, chat, RETOKENIZED_PER_TOKEN * max_new_tokens)
+        return cls(tokenizer, chat, RETOKENIZED_PER_TOKEN * max_new_tokens, end_of_turn(tokenizer, chat))
 
     def prompt(self, task: Task, problem: Problem) -> np.ndarray:
         return prompt_ids(self.tokenizer, task.prompt(problem), chat=self.chat)
 
     def completions(self, group: Group, rewards: np.ndarray) -> CompletionColumns | None:
         """The group's completions as this node's tokens of their texts, with ``rewards``; None when a completion
-        is empty here or longer than ``max_tokens`` (the group is unusable)."""
+        is empty here or too long (the group is unusable)."""
         columns = group.columns
         texts = columns.texts
         assert texts is not None, "a group without texts cannot be tokenized here"
-        eos = self.tokenizer.eos_token_id
-        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        rows = [[*ids, eos] if finish == "stop" and eos is not None else list(ids)
-                for ids, finish in zip(encoded, columns.finish_reasons, strict=True)]
-        lengths = np.array([len(row) for row in rows], np.int64)
-        if lengths.min() < 1 or lengths.max() > self.max_tokens:
+        if max(len(text) for text in texts) > MAX_CHARACTERS_PER_TOKEN * self.max_tokens:
             return None
+        rows = []
+        for text, finish in zip(texts, columns.finish_reasons, strict=True):
+            ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            row = [*ids, self.end_id] if finish == "stop" and self.end_id is not None else list(ids)
+            if not 1 <= len(row) <= self.max_tokens:
+                return None
+            rows.append(row)
+        lengths = np.array([len(row) for row in rows], np.int64)
         ids = np.concatenate([np.asarray(row, np.int64) for row in rows])
         return CompletionColumns(
             token_ids=ids,
@@ -69,3 +83,21 @@ class Retokenizer:
             finish_reasons=columns.finish_reasons,
             texts=texts,
         )
+
+
+def end_of_turn(tokenizer: "PreTrainedTokenizerBase", chat: bool) -> int | None:
+    """The token that ends this node's completions: in the chat template, the special token that follows an
+    assistant turn's content (found by rendering one); else, or when the template says none, the end of sequence."""
+    eos = tokenizer.eos_token_id
+    if not chat:
+        return eos
+    turn = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _END_MARK}]
+    try:
+        rendered = tokenizer.apply_chat_template(turn, tokenize=False)
+    except Exception:  # a template that cannot render an assistant turn: templates fail in many ways
+        return eos
+    if not isinstance(rendered, str) or _END_MARK not in rendered:
+        return eos
+    after = tokenizer(rendered.split(_END_MARK, 1)[1], add_special_tokens=False)["input_ids"]
+    added = tokenizer.added_tokens_decoder.get(after[0]) if after else None  # <|im_end|> is an added token
+    return after[0] if added is not None and added.special else eos

@@ -84,7 +84,7 @@ class Trainer:
             grad_norm=float(grad_norm),
             groups=len(kept),
             peer_groups=sum(group.off_policy for group in informative),
-            sequence_groups=sum(group.per_sequence for group in informative),
+            sequence_groups=sum(len(together) for together in kept if any(g.per_sequence for g in together)),
             zero_variance_groups=skipped,
             sequences=total,
             tokens=sums.tokens,
