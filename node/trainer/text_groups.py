@@ -4,7 +4,8 @@ mean nothing to this node, so the group is rebuilt from what both sides share.
 - The prompt: this node renders the problem the group names, from its own copy of the task, as it renders its
   own prompts (the generator's prompt ids are not read).
 - The completions: each completion's text (protocol v3 carries it), tokenized by this node's tokenizer as plain
-  text (a special token's string in it stays characters, as the generator's decoding left them), plus this
+  text (a special token's string in it stays characters, as the generator's decoding left them) and as it
+  follows a prompt (``Retokenizer.tokens``), plus this
   node's end token where the generator stopped on its own (finish "stop"): the generator's log-prob includes the
   end it sampled, so π_θ(y) includes this node's. In the chat template the end of an assistant turn
   (``<|im_end|>`` for Qwen2, ``<|end|>`` for Phi-3), else the end-of-sequence token.
@@ -39,6 +40,7 @@ RETOKENIZED_PER_TOKEN = 4
 # characters a token under a large BPE, so 16 keeps every honest completion, and a peer's 2 MB text costs this
 # node a length check, not seconds of tokenizing and gigabytes of memory.
 MAX_CHARACTERS_PER_TOKEN = 16
+_ANCHOR = "\n"  # what a completion's text is tokenized after: a prompt ends with one in every template
 _END_MARK = "\u2063ftis-end-mark\u2063"  # an assistant turn's content when rendering the template's end of a turn
 
 
@@ -68,7 +70,7 @@ class Retokenizer:
             return None
         rows = []
         for text, finish in zip(texts, columns.finish_reasons, strict=True):
-            ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            ids = self.tokens(text)
             row = [*ids, self.end_id] if finish == "stop" and self.end_id is not None else list(ids)
             if not 1 <= len(row) <= self.max_tokens:
                 return None
@@ -83,6 +85,18 @@ class Retokenizer:
             finish_reasons=columns.finish_reasons,
             texts=texts,
         )
+
+
+    def tokens(self, text: str) -> list[int]:
+        """``text`` in this node's tokens as they follow a prompt: tokenized after a newline, whose own ids are then
+        dropped (a sentencepiece tokenizer, Phi-3's, starts a string alone with a space it would not put after its
+        prompt); alone where the newline's ids do not come out first."""
+        ids = self._ids(_ANCHOR + text)
+        anchor = self._ids(_ANCHOR)
+        return ids[len(anchor):] if ids[: len(anchor)] == anchor else self._ids(text)
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 def end_of_turn(tokenizer: "PreTrainedTokenizerBase", chat: bool) -> int | None:
