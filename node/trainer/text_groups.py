@@ -70,8 +70,8 @@ class Retokenizer:
             return None
         rows = []
         for text, finish in zip(texts, columns.finish_reasons, strict=True):
-            ids = self.tokens(text)
-            row = [*ids, self.end_id] if finish == "stop" and self.end_id is not None else list(ids)
+            tokens = self.tokens(text)
+            row = [*tokens, self.end_id] if finish == "stop" and self.end_id is not None else tokens
             if not 1 <= len(row) <= self.max_tokens:
                 return None
             rows.append(row)
