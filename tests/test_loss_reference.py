@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from helpers.loss_cases import PARAMS, assert_matches
+from helpers.loss_cases import HAND_LAYOUT, PARAMS, assert_matches, batch_cases, hand_old, random_layout
 
 from ftis.node.loss import LOSS_VARIANTS, LossInputs, LossParams, compute_loss
 from ftis.node.loss.terms import MAX_LOG_RATIO
@@ -171,37 +171,20 @@ def hand_batch() -> LossInputs:
         [-1.00, 0.00, 0.00, 0.00],
         [0.40, 0.40, 0.40, 0.00],
     ], dtype=torch.float64)  # fmt: skip
-    old = -1.0 - 0.25 * torch.arange(40, dtype=torch.float64).reshape(10, 4) % 3
-    return _inputs(
-        old,
-        delta,
-        gap,
-        lengths=[4, 2, 3, 2, 3, 0, 4, 2, 1, 3],
-        rewards=[1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.5],
-        group_ids=[0, 0, 0, 0, 7, 7, 7, 3, 3, 5],
-        off_policy=[False, True, True, True, True, True, False, True, True, True],
-    )
+    return _inputs(hand_old(), delta, gap, **HAND_LAYOUT)
 
 
 def random_batch(seed: int, groups: int = 3, group_size: int = 4, T: int = 6) -> LossInputs:
-    """Dyadic rewards keep group means exact, so Â = 0 is exactly 0 in both computations."""
     generator = torch.Generator().manual_seed(seed)
     B = groups * group_size
     scale = torch.tensor([0.1, 0.7, 2.5], dtype=torch.float64)[torch.randint(0, 3, (B,), generator=generator)]
-    choices = torch.tensor([0.0, 0.25, 0.5, 1.0])
-    return _inputs(
-        old=-3 * torch.rand(B, T, generator=generator, dtype=torch.float64) - 0.05,
-        delta=0.3 * torch.randn(B, T, generator=generator, dtype=torch.float64),
-        gap=scale[:, None] * torch.randn(B, T, generator=generator, dtype=torch.float64),
-        lengths=torch.randint(1, T + 1, (B,), generator=generator).tolist(),
-        rewards=choices[torch.randint(0, 4, (B,), generator=generator)].tolist(),
-        group_ids=torch.arange(groups).repeat_interleave(group_size).mul(11).tolist(),
-        off_policy=(torch.rand(B, generator=generator) < 0.6).tolist(),
-    )
+    old = -3 * torch.rand(B, T, generator=generator, dtype=torch.float64) - 0.05
+    delta = 0.3 * torch.randn(B, T, generator=generator, dtype=torch.float64)
+    gap = scale[:, None] * torch.randn(B, T, generator=generator, dtype=torch.float64)
+    return _inputs(old, delta, gap, **random_layout(generator, groups, group_size, T, min_length=1))
 
 
-BATCHES = {"hand": hand_batch, "random0": lambda: random_batch(0), "random1": lambda: random_batch(1),
-           "random2": lambda: random_batch(2, groups=4, group_size=3, T=5)}
+BATCHES = batch_cases(hand_batch, random_batch)
 
 
 @pytest.mark.parametrize("params_name", PARAMS)

@@ -43,3 +43,20 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, norm: AdvantageNorm = "
     informative = varied[index]
     advantages = torch.where(informative, centered, 0.0).to(torch.float32)
     return GroupAdvantages(advantages, informative, (~varied).sum())
+
+
+@dataclass(frozen=True)
+class ActiveCompletions:
+    """Which completions enter a loss, and their advantages: the same at both granularities."""
+
+    advantages: Tensor  # (B,) Â_i; 0 in skipped groups
+    active: Tensor  # (B,) bool: in a group with reward variance, and with at least one token
+    eligible: Tensor  # (B,) bool: the active completions the filter applies to (off-policy)
+    zero_variance_groups: Tensor  # () int64
+
+
+def active_completions(rewards: Tensor, group_ids: Tensor, off_policy: Tensor, has_tokens: Tensor,
+                       norm: AdvantageNorm) -> ActiveCompletions:
+    groups = group_advantages(rewards, group_ids, norm)
+    active = groups.informative & has_tokens
+    return ActiveCompletions(groups.advantages, active, active & off_policy.bool(), groups.zero_variance_groups)

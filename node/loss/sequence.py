@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.advantages import active_completions
 from ftis.node.loss.choices import variants
 from ftis.node.loss.terms import (
     MAX_LOG_RATIO,
@@ -95,18 +95,15 @@ def _prepare(inputs: SequenceLossInputs, params: LossParams) -> _Sequences:
     old = per_token_mean(inputs.old_logprobs.detach())
     claimed = torch.where(has_tokens, inputs.sampler_sequence_logprobs.detach().float(), 0.0)  # (B,)
     sampler = claimed / lengths.clamp(min=1)
-    groups = group_advantages(inputs.rewards, inputs.group_ids, params.advantage_norm)
-    active = groups.informative & has_tokens
+    completions = active_completions(inputs.rewards, inputs.group_ids, inputs.off_policy, has_tokens,
+                                     params.advantage_norm)
     return _Sequences(
         logprobs=per_token_mean(inputs.logprobs),
         old_logprobs=old,
         sampler_logprobs=sampler,
         mask=mask,
-        advantages=groups.advantages,
-        active=active,
-        eligible=active & inputs.off_policy.bool(),
         divergence=sequence_k3_divergence(sampler, old),
-        zero_variance_groups=groups.zero_variance_groups,
+        **completions.__dict__,  # advantages, active, eligible, zero_variance_groups
     )
 
 

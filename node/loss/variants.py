@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.advantages import active_completions
 from ftis.node.loss.choices import variants
 from ftis.node.loss.sequence import SEQUENCE_VARIANTS
 from ftis.node.loss.terms import (
@@ -65,18 +65,15 @@ def _prepare(inputs: LossInputs, params: LossParams) -> _Batch:
 
     old = clean(inputs.old_logprobs.detach())
     sampler = clean(inputs.sampler_logprobs.detach())
-    groups = group_advantages(inputs.rewards, inputs.group_ids, params.advantage_norm)
-    active = groups.informative & mask.any(-1)
+    completions = active_completions(inputs.rewards, inputs.group_ids, inputs.off_policy, mask.any(-1),
+                                     params.advantage_norm)
     return _Batch(
         logprobs=clean(inputs.logprobs),
         old_logprobs=old,
         sampler_logprobs=sampler,
         mask=mask,
-        advantages=groups.advantages,
-        active=active,
-        eligible=active & inputs.off_policy.bool(),
         divergence=k3_divergence(sampler, old, mask),
-        zero_variance_groups=groups.zero_variance_groups,
+        **completions.__dict__,  # advantages, active, eligible, zero_variance_groups
     )
 
 

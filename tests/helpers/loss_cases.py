@@ -1,5 +1,5 @@
-"""What the loss tests share: the grid of settings every variant is checked under, and a gradient that is zero
-where nothing depends on the log-probs."""
+"""What the loss tests share: the grid of settings every variant is checked under, the layout of their batches (a
+hand-made one and random ones), and a gradient that is zero where nothing depends on the log-probs."""
 
 import torch
 
@@ -11,6 +11,41 @@ PARAMS = {
     for rule in ("or", "and")
     for norm in ("std", "mean_only")
 }
+
+
+# The hand-made batch: 10 completions of at most 4 tokens in four groups, two informative (ids 0 and 7), one with
+# equal rewards (3), one of a single completion (5); row 5 has no tokens; rows 0 and 6 are the node's own.
+HAND_LAYOUT = {
+    "lengths": [4, 2, 3, 2, 3, 0, 4, 2, 1, 3],
+    "rewards": [1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.5],
+    "group_ids": [0, 0, 0, 0, 7, 7, 7, 3, 3, 5],
+    "off_policy": [False, True, True, True, True, True, False, True, True, True],
+}
+
+
+def hand_old() -> torch.Tensor:
+    """(10, 4) float64 log π_θold of the hand-made batch."""
+    return -1.0 - 0.25 * torch.arange(40, dtype=torch.float64).reshape(10, 4) % 3
+
+
+def random_layout(generator: torch.Generator, groups: int, group_size: int, T: int, min_length: int) -> dict:
+    """A random batch's lengths (``min_length``…T), dyadic rewards (group means stay exact, so Â = 0 is exactly 0
+    in both computations), group ids and off-policy flags, drawn from ``generator`` in that order."""
+    B = groups * group_size
+    choices = torch.tensor([0.0, 0.25, 0.5, 1.0])
+    return {
+        "lengths": torch.randint(min_length, T + 1, (B,), generator=generator).tolist(),
+        "rewards": choices[torch.randint(0, 4, (B,), generator=generator)].tolist(),
+        "group_ids": torch.arange(groups).repeat_interleave(group_size).mul(11).tolist(),
+        "off_policy": (torch.rand(B, generator=generator) < 0.6).tolist(),
+    }
+
+
+def batch_cases(hand, random) -> dict:
+    """The batches every variant is checked on: ``hand()`` and ``random(seed, groups, group_size, T)`` at three
+    seeds and two shapes."""
+    return {"hand": hand, "random0": lambda: random(0, 3, 4, 6), "random1": lambda: random(1, 3, 4, 6),
+            "random2": lambda: random(2, 4, 3, 5)}
 
 
 def gradient(loss: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
