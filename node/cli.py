@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ftis.node.config import SwarmConfig
 
 _STARTED = time.monotonic()  # start-up times are reported from here
+_STATUS_READ_TIMEOUT_S = 60.0  # `status` reading the run's announcements: a DHT that does not answer is an error
 
 app = typer.Typer(
     name="ftis-node",
@@ -185,11 +186,16 @@ def status_command(
     try:
         dht, _ = start_dht(config, scratch / "identity.key", announce=False)
         try:
-            reading = read_members(dht, config.run_id, config.shards, sample=0 if all_shards else READER_SHARDS)
+            reading = read_members(dht, config.run_id, config.shards, timeout=_STATUS_READ_TIMEOUT_S,
+                                   sample=0 if all_shards else READER_SHARDS)
         finally:
             dht.shutdown()
     except SwarmError as error:
         typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except TimeoutError:
+        typer.echo(f"error: the swarm's DHT did not answer within {_STATUS_READ_TIMEOUT_S:.0f} s; try again",
+                   err=True)
         raise typer.Exit(1) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -143,3 +143,16 @@ def test_status_with_a_bad_peer_address_exits_with_an_error_line():
     assert "Traceback" not in result.output
     assert any(line.startswith("error: ") and "not-a-multiaddr" in line for line in result.stderr.splitlines()), \
         result.stderr
+
+
+def test_status_whose_read_gets_no_answer_exits_with_an_error_line(member, monkeypatch):
+    from ftis.node.swarm import directory
+
+    def unanswered(*_: object, **__: object) -> None:
+        raise TimeoutError  # what read_members raises when the DHT does not answer within its limit
+
+    monkeypatch.setattr(directory, "read_members", unanswered)
+    maddr, _ = member
+    result = runner.invoke(app, ["status", "--peer", maddr, "--run-id", RUN])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "error: the swarm's DHT did not answer within 60 s; try again" in result.stderr, result.output

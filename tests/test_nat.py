@@ -33,7 +33,8 @@ class Lines:
 
     def __init__(self, process: subprocess.Popen):
         self.process, self.lines, self._new = process, [], queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
@@ -54,7 +55,10 @@ class Lines:
                 continue
             if line.startswith(prefix) and contains in line:
                 return line.strip()
-        pytest.fail(f"no {prefix!r} line holding {contains!r}; output:\n{''.join(self.lines)[-4000:]}")
+        if self.process.poll() is not None:
+            self._reader.join(5)  # a process that ended: its last lines (a traceback, say) into the report
+        ended = "" if self.process.poll() is None else f" (it ended with exit code {self.process.returncode})"
+        pytest.fail(f"no {prefix!r} line holding {contains!r}{ended}; output:\n{''.join(self.lines)[-4000:]}")
 
 
 def _start(nat: Nat, namespace: str, *args: str) -> Lines:

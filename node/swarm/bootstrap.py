@@ -12,11 +12,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ftis.node.config import SwarmConfig
 
 logger = logging.getLogger(__name__)
+
+_READ_TIMEOUT_S = 30.0  # the periodic line's DHT reads: a busy DHT delays the line, a lost call skips it
 
 
 def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[str], None],
@@ -24,7 +27,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     """Run until ``stop()`` is true, Ctrl-C or SIGTERM (see ``ftis.node.signals``); always shuts down.
     ``started`` (``time.monotonic()``) is when the command began, for the start-up time it reports."""
     started = time.monotonic() if started is None else started
-    import hivemind  # noqa: F401  (the torch import inside it is most of the start-up)
+    import hivemind  # the torch import inside it is most of the start-up
 
     from ftis.node.swarm.directory import READER_SHARDS, read_members
     from ftis.node.swarm.hivemind_transport import start_dht
@@ -53,16 +56,22 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
         else:
             echo("relay: off (members behind a NAT need another relay: [swarm] relays)")
         echo("nodes join with:")
-        for maddr in dht.get_visible_maddrs():
+        addresses = dht.run_coroutine(partial(hivemind.DHT._get_visible_maddrs), return_future=True)
+        for maddr in addresses.result(_READ_TIMEOUT_S):
             echo(f"  ftis-node join --peer {maddr}")
         next_log = time.monotonic() + log_interval_s
         while not stop():
             time.sleep(min(0.2, log_interval_s))
             if time.monotonic() >= next_log:
                 next_log += log_interval_s
-                neighbours = dht.run_coroutine(_count_neighbours)
-                reading = read_members(dht, config.run_id, config.shards, beam_size=config.read_beam_size or None,
-                                       sample=READER_SHARDS)
+                try:  # hivemind's calls may be dropped by its process: never wait on one without a limit
+                    neighbours = dht.run_coroutine(_count_neighbours, return_future=True).result(_READ_TIMEOUT_S)
+                    reading = read_members(dht, config.run_id, config.shards, timeout=_READ_TIMEOUT_S,
+                                           beam_size=config.read_beam_size or None, sample=READER_SHARDS)
+                except Exception as error:  # the DHT is busy or a call was lost: the next line tries again
+                    echo(f"{time.strftime('%H:%M:%S')} the DHT did not answer within {_READ_TIMEOUT_S:.0f} s "
+                         f"({type(error).__name__}); trying again in {log_interval_s:g} s")
+                    continue
                 count = len(reading.members) if reading.complete else f"~{reading.estimated_total:,}"
                 line = (f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
                         f"members announcing in run {config.run_id!r}: {count}")

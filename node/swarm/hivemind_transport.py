@@ -101,6 +101,7 @@ def fetch_deadline(config: SwarmConfig, size: int) -> float:
     return min(config.fetch_timeout_s, config.fetch_base_s + size / config.fetch_min_bytes_per_s)
 _IDENTIFY_TIMEOUT_S = 5.0  # asking p2pd for this node's addresses, before an announcement
 _LAST_CALLS_S = 1.0  # how long close() waits for DHT calls in flight (see _stop)
+_DHT_CALL_TIMEOUT_S = 60.0  # an announcement's store or a poll's read unanswered this long has failed (_dht_call)
 _MIN_POLL_GAP_S = 0.05  # poll_now never makes announcement reads closer than this
 
 
@@ -145,6 +146,10 @@ async def _settled(future: MPFuture) -> None:
         await future
 
 
+class DHTCallLost(RuntimeError):
+    """hivemind's DHT process destroyed the task running a call before it answered."""
+
+
 def retry_delay(backoff_s: float, attempt: int) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (0 for the first) before the next."""
     return backoff_s * 2**attempt
@@ -181,6 +186,7 @@ class HivemindTransport:
         self._relayed_received = self._relayed_sent = 0  # ...and these
         self._reach = Reach()
         self._relay: RelayCounters | None = None
+        self._visible: list[str] = []  # this node's addresses, as last read from p2pd
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ftis-swarm", daemon=True)
         self._thread.start()
@@ -198,8 +204,20 @@ class HivemindTransport:
 
     @property
     def visible_maddrs(self) -> list[str]:
-        """Where peers reach this node now: behind a NAT, ``<relay>/p2p-circuit/p2p/<us>`` once a slot is held."""
-        return [str(maddr) for maddr in self._dht.get_visible_maddrs(latest=True)]
+        """Where peers reach this node now: behind a NAT, ``<relay>/p2p-circuit/p2p/<us>`` once a slot is held.
+
+        Asked of p2pd through the network thread's connection, within a time limit; when p2pd does not answer in
+        time, the addresses last read. (Not through ``hivemind.DHT``, whose calls from this thread have no time
+        limit: a call its process drops would hang the caller for good.)
+        """
+        self._check_open()
+        future = asyncio.run_coroutine_threadsafe(self._read_visible(), self._loop)
+        try:
+            return future.result(_IDENTIFY_TIMEOUT_S + 1.0)
+        except Exception as error:
+            future.cancel()
+            logger.debug("cannot read this node's addresses: %s: %s", type(error).__name__, error)
+            return list(self._visible)
 
     def publish(self, batch: RolloutBatch) -> BatchDescriptor:
         self._check_open()
@@ -296,10 +314,25 @@ class HivemindTransport:
             await asyncio.gather(*others, return_exceptions=True)
 
     async def _dht_call(self, future: MPFuture) -> object:
-        """The result of a DHT call made with ``return_future=True``; ``_stop`` waits for it if need be."""
+        """The result of a DHT call made with ``return_future=True``; ``_stop`` waits for it if need be.
+
+        hivemind's process can lose a call: the task running it is destroyed, and the caller gets
+        ``GeneratorExit`` or nothing at all. Either is an ordinary failure here (``DHTCallLost``, or ``TimeoutError``
+        after ``_DHT_CALL_TIMEOUT_S``), which the announcer and the poller count and retry; neither ends them.
+        """
         self._dht_calls.add(future)  # touched on this loop only (a done-callback would run on hivemind's thread)
         try:
-            return await future
+            async with asyncio.timeout(_DHT_CALL_TIMEOUT_S):
+                return await future
+        except TimeoutError:
+            if future.done():  # hivemind's own time limit
+                raise
+            self._dht_calls.discard(future)  # lost, or hopelessly late: close() does not wait for it
+            raise TimeoutError(f"the DHT did not answer within {_DHT_CALL_TIMEOUT_S:g} s") from None
+        except GeneratorExit:
+            if future.done() and isinstance(future.exception(), GeneratorExit):
+                raise DHTCallLost("hivemind's DHT process dropped the call") from None
+            raise  # this coroutine itself is being closed
         finally:
             if future.done():  # else this await was cancelled, and _stop waits for the answer
                 self._dht_calls.discard(future)
@@ -333,12 +366,17 @@ class HivemindTransport:
                 self._announce_failures += 1
                 logger.warning("announcement failed: %s: %s", type(error).__name__, error)
 
+    async def _read_visible(self) -> list[str]:
+        """This node's addresses as p2pd sees them now (``_IDENTIFY_TIMEOUT_S`` at most); kept as the last known."""
+        maddrs = await asyncio.wait_for(self._p2p.get_visible_maddrs(latest=True), _IDENTIFY_TIMEOUT_S)
+        self._visible = [str(maddr) for maddr in maddrs]
+        return list(self._visible)
+
     async def _find_reach(self) -> None:
         """How peers reach this node now (``own_reach``), for the announcement; a change is logged."""
         counters = await asyncio.to_thread(read_counters, self._metrics_port)
         try:
-            maddrs = await asyncio.wait_for(self._p2p.get_visible_maddrs(latest=True), _IDENTIFY_TIMEOUT_S)
-            visible = [str(maddr) for maddr in maddrs]
+            visible = await self._read_visible()
         except Exception as error:  # p2pd busy, slow or restarting: what was known stays (the announcement goes on)
             logger.debug("cannot read this node's addresses: %s: %s", type(error).__name__, error)
             return
