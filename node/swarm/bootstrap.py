@@ -30,7 +30,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     import hivemind  # the torch import inside it is most of the start-up
 
     from ftis.node.swarm.directory import READER_SHARDS, read_members
-    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.hivemind_transport import peer_id_of, start_dht
     from ftis.node.swarm.p2pd_metrics import free_port, read_counters
 
     imported = time.monotonic()
@@ -47,7 +47,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             shutil.rmtree(scratch, ignore_errors=True)
     try:
         ready = time.monotonic()
-        echo(f"bootstrap peer {dht.peer_id.to_base58()} for run {config.run_id!r} is up "
+        echo(f"bootstrap peer {peer_id_of(dht, _READ_TIMEOUT_S)} for run {config.run_id!r} is up "
              f"(start-up {ready - started:.1f} s; hivemind and torch were imported after {imported - started:.1f} s)")
         if config.relay_service:
             echo(f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "

@@ -140,6 +140,12 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
     return dht, validators[0].local_public_key
 
 
+def peer_id_of(dht: hivemind.DHT, timeout: float) -> str:
+    """The DHT peer's id (base58), asked of its process within ``timeout`` s (``dht.peer_id`` waits without a limit,
+    and hivemind's process can lose a call: see ``HivemindTransport._dht_call``)."""
+    return dht.run_coroutine(hivemind.DHT._get_peer_id, return_future=True).result(timeout).to_base58()
+
+
 async def _settled(future: MPFuture) -> None:
     """Wait until ``future`` is done, however it ends."""
     with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -168,7 +174,12 @@ class HivemindTransport:
             self._dht, self._owner = start_dht(config, identity, announce=True, metrics_port=self._metrics_port)
         finally:  # p2pd and the signer have read a fresh key by now: nothing of it stays on disk, even if killed
             self._remove_scratch()
-        self._peer_id = self._dht.peer_id.to_base58()
+        try:
+            self._peer_id = peer_id_of(self._dht, config.start_timeout_s)
+        except Exception as error:
+            self._dht.shutdown()
+            raise SwarmError(f"cannot join the swarm: its DHT process did not say its peer id: "
+                             f"{type(error).__name__}: {error}") from None
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
