@@ -20,6 +20,7 @@ from hivemind.utils.mpfuture import MPFuture
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm import directory, hivemind_transport
 from ftis.node.swarm.bootstrap import run_bootstrap
+from ftis.node.swarm.transport import SwarmError
 
 pytestmark = pytest.mark.hivemind
 
@@ -123,3 +124,13 @@ def test_the_bootstraps_periodic_line_says_when_the_dht_does_not_answer_and_goes
     run_bootstrap(config, log_interval_s=0.2, echo=lines.append,
                   stop=lambda: sum("did not answer" in line for line in lines) >= 2 or time.monotonic() > give_up)
     assert sum("the DHT did not answer within 30 s (TimeoutError)" in line for line in lines) >= 2, lines
+
+
+def test_a_bootstrap_whose_dht_does_not_say_its_id_fails_with_a_swarm_error(monkeypatch):
+    def lost(*_: object, **__: object) -> str:
+        raise TimeoutError
+
+    monkeypatch.setattr(hivemind_transport, "peer_id_of", lost)
+    config = SwarmConfig(run_id="lost-calls-bootstrap", host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    with pytest.raises(SwarmError, match="the DHT process did not say its peer id and addresses within 30 s"):
+        run_bootstrap(config, log_interval_s=1.0, echo=lambda _: None)

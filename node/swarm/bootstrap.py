@@ -32,6 +32,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     from ftis.node.swarm.directory import READER_SHARDS, read_members
     from ftis.node.swarm.hivemind_transport import peer_id_of, start_dht
     from ftis.node.swarm.p2pd_metrics import free_port, read_counters
+    from ftis.node.swarm.transport import SwarmError
 
     imported = time.monotonic()
     scratch = None
@@ -47,7 +48,14 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
             shutil.rmtree(scratch, ignore_errors=True)
     try:
         ready = time.monotonic()
-        echo(f"bootstrap peer {peer_id_of(dht, _READ_TIMEOUT_S)} for run {config.run_id!r} is up "
+        try:
+            peer_id = peer_id_of(dht, _READ_TIMEOUT_S)
+            addresses = dht.run_coroutine(partial(hivemind.DHT._get_visible_maddrs), return_future=True)
+            maddrs = addresses.result(_READ_TIMEOUT_S)
+        except Exception as error:
+            raise SwarmError(f"the DHT process did not say its peer id and addresses within {_READ_TIMEOUT_S:.0f} s: "
+                             f"{type(error).__name__}: {error}") from None
+        echo(f"bootstrap peer {peer_id} for run {config.run_id!r} is up "
              f"(start-up {ready - started:.1f} s; hivemind and torch were imported after {imported - started:.1f} s)")
         if config.relay_service:
             echo(f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "
@@ -56,8 +64,7 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
         else:
             echo("relay: off (members behind a NAT need another relay: [swarm] relays)")
         echo("nodes join with:")
-        addresses = dht.run_coroutine(partial(hivemind.DHT._get_visible_maddrs), return_future=True)
-        for maddr in addresses.result(_READ_TIMEOUT_S):
+        for maddr in maddrs:
             echo(f"  ftis-node join --peer {maddr}")
         next_log = time.monotonic() + log_interval_s
         while not stop():
