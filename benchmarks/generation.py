@@ -76,12 +76,9 @@ def left_padded(prompts: list[np.ndarray], pad_token_id: int):
     """(ids, attention mask), both (B, P) int64 tensors, padding on the left (as the backend pads)."""
     import torch
 
-    width = max(len(prompt) for prompt in prompts)
-    ids = np.full((len(prompts), width), pad_token_id, np.int64)
-    mask = np.zeros((len(prompts), width), np.int64)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = prompt
-        mask[row, width - len(prompt) :] = 1
+    from ftis.node.trainer.packing import left_padded as padded
+
+    ids, mask = padded(prompts, pad_token_id)
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 

@@ -2,7 +2,10 @@
 
 Run (from the repo root):  python -m benchmarks.learning [--seeds 0 1 2] [--rounds 150] [--nodes small,...]
     [--eval-every 10] [--eval-problems 500] [--supervised-control STEPS] [--set KEY=VALUE ...] [--jobs 2]
-    [--json FILE] [--quick]
+    [--demo-config FILE] [--json FILE] [--quick | --real]
+--demo-config: the nodes of another demo settings file (default: the packaged demo's tiny models);
+--real: the real-model demo's SmolLM2 (``examples/demo-real.toml``, after ``bash .ci/models``), 3 seeds of 30
+rounds, 300 problems evaluated every 10 rounds, one run at a time with both cores, goal ≥ 10 points in 30 rounds;
 --nodes: some of the demo's nodes by name (default all); --set: a node setting over the demo's, as a dotted
 path into the node config (``--set trainer.learning_rate=3e-4``, ``--set generation.temperature=1.2``),
 for trying another regime with the rest unchanged; --supervised-control: also continue each warm start
@@ -36,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 GOAL_POINTS = 10.0  # mean held-out gain each node must reach...
-GOAL_ROUNDS = 150  # ...within this many rounds
+GOAL_ROUNDS = 150  # ...within this many rounds (the tiny demo's nodes)
+REAL_DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-real.toml"
+REAL_NODE, REAL_ROUNDS, REAL_PROBLEMS = "smollm2", 30, 300  # --real: the real demo's full fine-tuning node
 
 
 @dataclass(frozen=True)
@@ -48,14 +53,17 @@ class Job:
     eval_problems: int
     overrides: tuple[tuple[str, Any], ...]
     supervised_control: int
+    demo_config: str | None = None  # the demo settings file whose node this is (None: the packaged demo)
+    threads: int = 1  # torch threads of the run
 
 
-def node_config(name: str, seed: int, overrides: tuple[tuple[str, Any], ...] = ()):
-    """The demo node ``name`` as the packaged demo config makes it, at ``seed``, with ``overrides`` laid over."""
+def node_config(name: str, seed: int, overrides: tuple[tuple[str, Any], ...] = (), demo_config: str | None = None):
+    """The demo node ``name`` as the demo config (default: the packaged one) makes it, at ``seed``, with
+    ``overrides`` laid over."""
     from ftis.node.config import NodeConfig
     from ftis.node.demo.settings import load_demo_config
 
-    settings = load_demo_config().node_settings()
+    settings = load_demo_config(demo_config).node_settings()
     if name not in settings:
         raise SystemExit(f"unknown node {name!r}; the demo has {', '.join(settings)}")
     values = settings[name]
@@ -79,15 +87,15 @@ def run_job(job: Job) -> dict[str, Any]:
     from ftis.node.runner.evaluation import evaluate
     from ftis.node.runner.join import build_node
 
-    torch.set_num_threads(1)
-    config = node_config(job.node, job.seed, job.overrides)
+    torch.set_num_threads(job.threads)
+    config = node_config(job.node, job.seed, job.overrides, job.demo_config)
     swarm = LockstepSwarm(1, config.swarm)
     node = build_node(config, transport_factory=lambda fingerprint: swarm.transport(job.node, fingerprint))
     max_new = config.generation.max_new_tokens
 
     def evaluated(done: int) -> dict[str, Any]:
         result = evaluate(node.policy, node.task, "test", limit=job.eval_problems, max_new_tokens=max_new,
-                          batch_size=256, chat=node.chat)
+                          batch_size=256, prompter=node.prompter, stop=node.stop)
         return {"round": done, "accuracy": result.accuracy, "standard_error": result.standard_error,
                 **{skill: result.skill_accuracy(skill) for skill in result.by_skill}}
 
@@ -142,7 +150,7 @@ def points(values: list[float]) -> str:
     return f"{mean:5.1f} ± {se:3.1f}"
 
 
-def summarize(records: list[dict[str, Any]], echo=print) -> dict[str, dict[str, float]]:
+def summarize(records: list[dict[str, Any]], echo=print, goal_rounds: int = GOAL_ROUNDS) -> dict[str, dict[str, float]]:
     """Print the figures of the module docstring; return each node's mean start, end and gain (points)."""
     by_node: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -169,11 +177,11 @@ def summarize(records: list[dict[str, Any]], echo=print) -> dict[str, dict[str, 
         figures[name] = {"start": mean_se([e["accuracy"] for e in first])[0],
                          "end": mean_se([e["accuracy"] for e in last])[0], "gain": mean_gain}
         rounds = last[0]["round"]
-        if rounds < GOAL_ROUNDS:
-            echo(f"  goal ≥ {GOAL_POINTS:.0f} points within {GOAL_ROUNDS} rounds: not judged on {rounds} rounds")
+        if rounds < goal_rounds:
+            echo(f"  goal ≥ {GOAL_POINTS:.0f} points within {goal_rounds} rounds: not judged on {rounds} rounds")
         else:
             verdict = "met" if 100 * mean_gain >= GOAL_POINTS else "MISSED"
-            echo(f"  goal ≥ {GOAL_POINTS:.0f} points within {GOAL_ROUNDS} rounds: {verdict} ({100 * mean_gain:+.1f})")
+            echo(f"  goal ≥ {GOAL_POINTS:.0f} points within {goal_rounds} rounds: {verdict} ({100 * mean_gain:+.1f})")
     return figures
 
 
@@ -195,15 +203,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--demo-config", default=None, metavar="FILE")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--quick", action="store_true")
+    modes.add_argument("--real", action="store_true")
     args = parser.parse_args(argv)
+    goal_rounds, threads = GOAL_ROUNDS, 1
     if args.quick:
         args.seeds, args.rounds, args.eval_problems, args.nodes = [0], 20, 100, args.nodes or "small"
+    if args.real:  # both cores for one run: a real model's step is mostly large matrix products
+        args.demo_config, args.nodes, args.jobs, threads = str(REAL_DEMO), args.nodes or REAL_NODE, 1, 2
+        args.rounds, args.eval_problems, goal_rounds = REAL_ROUNDS, REAL_PROBLEMS, REAL_ROUNDS
     from ftis.node.demo.settings import load_demo_config
 
-    names = [n for n in args.nodes.split(",") if n] or list(load_demo_config().nodes)
+    names = [n for n in args.nodes.split(",") if n] or list(load_demo_config(args.demo_config).nodes)
     overrides = tuple((key, parse_value(value)) for key, value in (item.split("=", 1) for item in args.overrides))
-    jobs = [Job(name, seed, args.rounds, args.eval_every, args.eval_problems, overrides, args.supervised_control)
+    jobs = [Job(name, seed, args.rounds, args.eval_every, args.eval_problems, overrides, args.supervised_control,
+                args.demo_config, threads)
             for seed in args.seeds for name in names]
     print(f"benchmarks.learning: {len(jobs)} solo runs ({', '.join(names)} × seeds {args.seeds}), {args.rounds} rounds"
           + (f", overrides {dict(overrides)}" if overrides else ""), flush=True)
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"in {record['seconds']:.0f} s", flush=True)
             records.append(record)
     print(f"all runs in {time.perf_counter() - started:.0f} s")
-    summarize(records)
+    summarize(records, goal_rounds=goal_rounds)
     if args.json is not None:
         args.json.write_text(json.dumps(records, indent=1) + "\n")
 

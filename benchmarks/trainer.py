@@ -8,6 +8,17 @@ timed repetitions of each variant (default 30); --threads: torch threads (defaul
 16; each peer sends as many, up to 16); --quick: tiny-small only, 3 pairs, 4 groups. ``--cases qwen2-stand-in``: the
 Qwen2 stand-in on the real 151,936-token vocabulary (``demo_nodes.py``; its peers are stand-ins too).
 
+Real-model mode, the step's memory (not the ratio):  python -m benchmarks.trainer --model [FOLDER|NAME]
+    [--adapter lora] [--microbatch 1024,8192] [--trainer gradient_checkpointing=true] [--threads 2]
+--model alone: SmolLM2-135M-Instruct as ``bash .ci/models`` writes it; a name of ``ftis.node.models.real``
+(``gemma-3-270m``) or any model folder. 4 prompts of the arithmetic task, each after solved examples up to
+~300 tokens (in the chat template where the tokenizer has one), G = 8 completions each sampled by the model itself
+(T = 1, ≤ 128 new tokens), rewards drawn 0/1 as below; then one F-TIS ``Trainer.step`` per trainer setting
+(``--microbatch`` values × each ``--trainer key=json``), each in a fresh process so that peaks do not mix:
+its peak RSS (the kernel's high-water mark, reset just before the step), seconds, micro-batches and the tokens
+their forward passes compute. On CPU, glibc keeps much of what a step frees for the next allocation, which the
+peak counts; ``MALLOC_MMAP_THRESHOLD_=131072`` in the environment shows the step without that (docs/benchmarks.md).
+
 Method:
 1. Models (``demo_nodes.py``): the demo's nodes as its packaged settings make them — tiny-small full,
    tiny-medium full, tiny-small LoRA (r 8, α 16) — plus tiny-medium LoRA (same adapter settings) and, with
@@ -45,11 +56,13 @@ import argparse
 import copy
 import dataclasses
 import gc
+import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -85,7 +98,7 @@ class CaseResult:
     parameters: int  # trainable
     sequences: int
     tokens: int  # completion tokens trained on
-    padded_tokens: int  # prompt + completion, padded: what the forward pass costs
+    padded_tokens: int  # what the forward passes compute (``packing.padded_tokens``)
     microbatches: int
     step: Timings
     forward_loss: Timings
@@ -164,7 +177,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     from benchmarks.demo_nodes import load_case
     from ftis.node.loss import LossInputs, compute_loss
     from ftis.node.trainer.logprobs import completion_logprobs
-    from ftis.node.trainer.packing import micro_batches, pack
+    from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
     from ftis.node.trainer.trainer import Trainer
 
     config = case.config
@@ -198,7 +211,8 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     restore()
 
     # The step's forward pass and loss, as Trainer.step builds them, without the backward pass.
-    chunks = [pack(micro.groups, pad_id) for micro in micro_batches(groups, config.trainer.max_tokens_per_microbatch)]
+    micros = micro_batches(groups, config.trainer.max_tokens_per_microbatch)
+    chunks = [pack(micro.groups, pad_id) for micro in micros]
     params = config.loss.params(step=version)
     model.train()
 
@@ -226,7 +240,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
         parameters=sum(p.numel() for p in policy.trainable_parameters()),
         sequences=sum(group.size for group in groups),
         tokens=int(sum(int(packed.loss_mask.sum()) for packed in chunks)),
-        padded_tokens=sum(int(packed.input_ids.numel()) for packed in chunks),
+        padded_tokens=sum(padded_tokens(micro.groups) for micro in micros),
         microbatches=len(chunks),
         step=step_times,
         forward_loss=forward_times,
@@ -269,6 +283,131 @@ def summary(r: CaseResult) -> str:
             f"= {added / r.step.median('nois'):+.2%} of a nois step; ftis filtered {r.filtered:.0%} of the completions")
 
 
+REAL_MODEL = "smollm2-135m-instruct"  # ftis.node.models.real's name: .ci/models writes it
+REAL_PROMPTS, REAL_GROUP_SIZE, REAL_MAX_NEW_TOKENS = 4, 8, 128
+FEW_SHOT_TOKENS = 300  # a real node's prompts with solved examples are 200-500 tokens
+INSTRUCTION = "Compute each result. Write the working in one line, then the answer."
+
+
+def few_shot_prompts(tokenizer, count: int, target_tokens: int = FEW_SHOT_TOKENS) -> list[np.ndarray]:
+    """``count`` prompts of the arithmetic task, each its question after solved examples (different ones per
+    prompt) up to about ``target_tokens`` tokens, in the tokenizer's chat template where it has one."""
+    from ftis.node.tasks import make_task
+    from ftis.node.tasks.prompts import prompt_ids, uses_chat_template
+
+    task, chat = make_task("arithmetic"), uses_chat_template(tokenizer, "auto")
+    prompts = []
+    for k in range(count):
+        question = task.problem("train", 10_000 + k)
+        examples: list[str] = []
+        while True:
+            example = task.problem("train", 100 * k + len(examples))
+            text = "\n\n".join([INSTRUCTION, *examples, task.prompt(question)])
+            ids = prompt_ids(tokenizer, text, chat=chat)
+            if len(ids) >= target_tokens:
+                break
+            shown = task.prompt(example)
+            examples.append(f"{shown}\n{shown[:-1]} = {task.solved(example)}. Answer: {task.solved(example)}")
+        prompts.append(ids)
+    return prompts
+
+
+def real_groups(folder: str, adapter: str, prompts: int, max_new_tokens: int, threads: int) -> list:
+    """(In a fresh process.) ``prompts`` few-shot groups of G completions sampled by the model itself."""
+    import torch
+
+    from ftis.node.config import NodeConfig
+    from ftis.node.models import load_policy
+
+    torch.set_num_threads(threads)
+    policy = load_policy(folder, adapter=adapter)
+    config = NodeConfig.model_validate({"generation": {"group_size": REAL_GROUP_SIZE, "max_new_tokens": max_new_tokens,
+                                                       "batch_size": prompts * REAL_GROUP_SIZE}})
+    return sampled_groups(policy, config, few_shot_prompts(policy.tokenizer, prompts), peer_id="me",
+                          off_policy=False, seed=0, rng=np.random.default_rng(0))
+
+
+def real_step(folder: str, adapter: str, groups: list, trainer: dict, threads: int) -> dict:
+    """(In a fresh process.) One F-TIS ``Trainer.step`` on ``groups``: its peak RSS (the kernel's high-water mark,
+    reset just before the step), the process's peak since it started, seconds, and the step's figures."""
+    import resource
+
+    import psutil
+    import torch
+
+    from ftis.node.config import LossConfig, ModelConfig, TrainerConfig
+    from ftis.node.models import load_policy
+    from ftis.node.trainer.logprobs import shares_prompts
+    from ftis.node.trainer.packing import micro_batches, padded_tokens
+    from ftis.node.trainer.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    lora = ModelConfig()  # the node's default adapter: r 128, alpha 256
+    policy = load_policy(folder, adapter=adapter, lora_rank=lora.lora_rank, lora_alpha=lora.lora_alpha)
+    config = TrainerConfig(**trainer)
+    step = Trainer(policy.model, policy.adapter, LossConfig(), config, pad_id=policy.tokenizer.pad_token_id or 0)
+    shared = shares_prompts(policy.model) and not config.gradient_checkpointing  # as the trainer decides
+    micro = micro_batches(groups, config.max_tokens_per_microbatch, shared)
+    before = psutil.Process().memory_info().rss
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak RSS, to the current RSS
+    started = time.perf_counter()
+    metrics = step.step(groups)
+    seconds = time.perf_counter() - started
+    status = Path("/proc/self/status").read_text()
+    peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
+    return {"before": before, "peak": peak, "process_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "seconds": seconds, "trained": metrics.trained, "tokens": metrics.tokens, "microbatches": len(micro),
+            "computed": sum(padded_tokens(m.groups, shared) for m in micro),
+            "parameters": sum(p.numel() for p in policy.trainable_parameters())}
+
+
+def in_fresh_process(function: Callable, *args):
+    """``function(*args)`` in a new interpreter (spawned), so that its peak memory is its own."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
+def real_model_mode(args: argparse.Namespace) -> None:
+    """One F-TIS step of a real model on a few-shot batch, one fresh process per trainer setting (``--model``)."""
+    from benchmarks.demo_nodes import load_average
+    from ftis.node.models.loading import REAL_MODELS
+    from ftis.node.models.real import real_model_folder
+
+    try:
+        folder = real_model_folder(args.model) if args.model in REAL_MODELS else Path(args.model).expanduser()
+    except FileNotFoundError as missing:
+        raise SystemExit(f"{missing}; or pass --model FOLDER") from missing
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"no model folder at {folder}: pass --model FOLDER, or a name of {', '.join(REAL_MODELS)}")
+    settings = [{"max_tokens_per_microbatch": int(tokens)} for tokens in args.microbatch.split(",")]
+    for extra in filter(None, args.trainer.split(",")):
+        key, value = extra.split("=")
+        settings = [*settings, *({**s, key: json.loads(value)} for s in settings)]
+    started = time.perf_counter()
+    groups = in_fresh_process(real_groups, str(folder), args.adapter, args.prompts or REAL_PROMPTS,
+                              args.max_new_tokens or REAL_MAX_NEW_TOKENS, args.threads)
+    lengths = np.concatenate([group.completions.lengths for group in groups])
+    print(f"{folder.name} {args.adapter}: {len(groups)} groups × {REAL_GROUP_SIZE}, prompts "
+          f"{'/'.join(str(len(g.prompt_ids)) for g in groups)} tokens, completions {lengths.sum()} tokens "
+          f"(mean {lengths.mean():.1f}, max {lengths.max()}), sampled in {time.perf_counter() - started:.0f} s; "
+          f"{args.threads} thread(s), load average {load_average()}", flush=True)
+    gib = 1024 ** 3
+    rows = [("trainer settings", "RSS before", "step peak RSS", "process peak", "step s", "µb", "tokens computed")]
+    for trainer in settings:
+        r = in_fresh_process(real_step, str(folder), args.adapter, groups, trainer, args.threads)
+        assert r["trained"] and r["tokens"] == lengths.sum()
+        rows.append((" ".join(f"{k}={v}" for k, v in trainer.items()), f"{r['before'] / gib:.2f} GiB",
+                     f"{r['peak'] / gib:.2f} GiB", f"{r['process_peak'] / gib:.2f} GiB", f"{r['seconds']:.1f}",
+                     str(r["microbatches"]), f"{r['computed']:,}"))
+        print(" | ".join(rows[-1]), f"({r['parameters']:,} trainable; load {load_average()})", flush=True)
+    from benchmarks.swarm_common import print_table
+
+    print_table(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     from benchmarks.demo_nodes import (
         add_case_arguments,
@@ -277,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         stand_in_peers,
         torch_threads_kept,
     )
+    from ftis.node.config import TrainerConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=30, help="timed repetitions of each variant (default 30)")
@@ -284,7 +424,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=0, help="completion length cap (default: the demo's)")
     parser.add_argument("--prompts", type=int, default=0, help="own groups per step (default: the demo's 16)")
     add_case_arguments(parser, quick="tiny-small only, 3 pairs, 4 groups each")
+    parser.add_argument("--model", nargs="?", const=REAL_MODEL, default=None,
+                        help=f"a real model's folder or name (alone: {REAL_MODEL}): its step's peak memory")
+    parser.add_argument("--adapter", choices=("full", "lora"), default="full", help="with --model")
+    parser.add_argument("--microbatch", default=str(TrainerConfig().max_tokens_per_microbatch),
+                        help="with --model: max_tokens_per_microbatch, comma-separated (default: the node's)")
+    parser.add_argument("--trainer", default="", help="with --model: more [trainer] settings to try, key=json, "
+                        "comma-separated (each doubles the runs)")
     args = parser.parse_args(argv)
+    if args.model:
+        return real_model_mode(args)
     import torch
 
     from ftis.node.models.tiny import build_tiny_model

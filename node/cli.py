@@ -284,7 +284,8 @@ def identity_command(
 def join_command(
     peer: Annotated[list[str] | None, typer.Option("--peer", help="Full multiaddr of any member (repeatable).")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="A TOML config (see examples/).")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Tiny name, folder or hub id.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Tiny name, real model name (smollm2-135m-instruct, "
+                                              "gemma-3-270m), .gguf file, folder or hub id.")] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", help="full or lora.")] = None,
     lora_rank: Annotated[int | None, typer.Option(
         "--lora-rank", help=f"LoRA rank r (default {_default('ModelConfig', 'lora_rank')}).")] = None,
@@ -342,14 +343,14 @@ def join_command(
     from ftis.node.runner.evaluation import EvalError
     from ftis.node.runner.join import build_node, run_node
     from ftis.node.tasks import TaskError
-    from ftis.node.tasks.prompts import ChatTemplateError
+    from ftis.node.tasks.prompts import PromptError
     from ftis.node.warmup.cache import WarmupCacheError
 
     try:
         node = build_node(config, echo=lambda line: typer.echo(line))
         run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
     except (SwarmError, CheckpointError, TaskError, EvalError, WarmupCacheError, ModelLoadError,
-            ChatTemplateError, GenerationBackendError) as error:
+            PromptError, GenerationBackendError) as error:
         # TaskError: no such split; ModelLoadError: no such model; GenerationBackendError: no vLLM, a failed sync
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
@@ -369,7 +370,8 @@ def _checkpoint_config(out: Path) -> Any:
 
 @app.command("eval")
 def eval_command(
-    model: Annotated[str, typer.Option("--model", help="Tiny name, hub id, model folder, or a node's export folder.")],
+    model: Annotated[str, typer.Option(
+        "--model", help="Tiny name, real model name, .gguf file, hub id, model folder, or a node's export folder.")],
     task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
     split: Annotated[str | None, typer.Option("--split", help='The split (default "test", held out).')] = None,
     data: Annotated[Path | None, typer.Option("--data", help="JSONL file of the split (GSM8K, MATH-500).")] = None,

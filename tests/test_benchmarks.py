@@ -102,6 +102,12 @@ def test_learning_benchmark_sums_seeds_up_as_mean_and_standard_error(benchmarks)
     assert "goal ≥ 10 points within 150 rounds: met (+11.5)" in "\n".join(lines)
     assert learning.node_config("medium", 2, (("trainer.learning_rate", 3e-4),)).trainer.learning_rate == 3e-4
     assert learning.node_config("medium", 2).loop.mode == "async"  # alone: it waits for no peer
+    lines.clear()
+    learning.summarize(long, echo=lines.append, goal_rounds=30)  # --real: the goal is for 30 rounds
+    assert "goal ≥ 10 points within 30 rounds: met (+11.5)" in "\n".join(lines)
+    real = learning.node_config(learning.REAL_NODE, 1, (), str(learning.REAL_DEMO))  # --real's node
+    assert (real.model.name, real.model.seed, real.loop.mode) == ("smollm2-135m-instruct", 1, "async")
+    assert real.task.few_shot > 0 and real.generation.stop
 
 
 @pytest.mark.hivemind

@@ -105,6 +105,18 @@ def test_a_completion_cut_at_the_length_limit_gets_no_end_of_sequence_token():
     assert group.completions.token_ids.tolist() == [*OWN.encode("12"), *OWN.encode("ab")]
 
 
+def test_a_text_holding_one_of_this_nodes_stop_strings_ends_there_without_an_end_token():
+    # A node that ends its completions at a stop string (a base model that never writes its end token) would find
+    # an appended end token nearly impossible: a peer's text that holds one of its stop strings ends as its own do.
+    stopping = Retokenizer.for_node(OWN, chat=False, max_new_tokens=MAX_NEW_TOKENS, stop=["."])
+    (group,) = score(other_batch([["3.", "7 or 8", "5..x"]]), stopping).groups
+    first, second, third = np.split(group.completions.token_ids, np.cumsum(group.completions.lengths)[:-1])
+    assert first.tolist() == OWN.encode("3.")  # ended by this node's stop string: no end token
+    assert second.tolist() == [*OWN.encode("7 or 8"), OWN.eos_token_id]  # the generator's own end: this node's
+    assert third.tolist() == OWN.encode("5.")  # cut where this node's own completion would have stopped
+    assert group.rewards.tolist() == [1.0, 1.0, 1.0]  # scored on the texts as sent
+
+
 @pytest.mark.parametrize("case", ["no texts", "no retokenizer", "unknown task", "held-out split", "too long",
                                   "empty"])
 def test_groups_this_node_cannot_rebuild_are_unusable(case):

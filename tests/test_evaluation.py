@@ -22,7 +22,7 @@ from ftis.node.runner.periodic_eval import EvalSchedule
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem
-from ftis.node.tasks.base import check_index
+from ftis.node.tasks.base import PromptParts, check_index
 from ftis.node.tasks.prompts import prompt_ids
 
 MAX_NEW = 6
@@ -46,6 +46,8 @@ class ChosenGoldTask:
 
     name = "chosen"
     splits = ("test",)
+    answer_format = "exact"
+    shot_split = None
 
     def __init__(self, golds: list[str]):
         self.golds = golds
@@ -59,6 +61,12 @@ class ChosenGoldTask:
 
     def prompt(self, problem: Problem) -> str:
         return problem.question
+
+    def prompt_parts(self, problem: Problem) -> PromptParts:
+        return PromptParts("", problem.question, "")
+
+    def solved(self, problem: Problem) -> str:
+        return problem.answer
 
     def parse_answer(self, completion_text: str) -> str | None:
         return completion_text if any(ch.isdigit() for ch in completion_text) else None

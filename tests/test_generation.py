@@ -530,3 +530,46 @@ def test_the_fake_generators_output_encodes_as_a_rollout_batch():
         for a, b in zip(sent.completions, received.completions, strict=True):
             np.testing.assert_array_equal(a.token_ids, b.token_ids)
             np.testing.assert_allclose(a.sampler_logprobs, b.sampler_logprobs, rtol=0, atol=2.0**-10)
+
+
+def test_completions_end_at_the_token_that_completes_a_stop_string(backend):
+    # Stop strings (``[generation] stop``): every backend ends a completion at the first token whose text completes
+    # one, keeps that token, and calls it a stop; the log-probs of what it keeps are still the sampler's.
+    from ftis.node.generation.stops import StopStrings
+    from ftis.node.models import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    stop = StopStrings(tokenizer, [tokenizer.decode([7]), tokenizer.decode([8]), tokenizer.decode([10, 11])])
+    sampling = SamplingSettings(1.0, 1.0, 0, 16)
+    groups = generate(backend, sampling, stop=stop)
+    cut = 0
+    for completion in all_completions(groups):
+        ids = completion.token_ids
+        ends = stop.cut(ids)
+        if completion.finish_reason == "stop" and ids[-1] != EOS:
+            assert ends == len(ids)  # ended by a stop string, at the token that completed it
+            cut += 1
+        else:
+            assert ends is None  # no stop string anywhere in what it kept
+    assert cut >= 3, "the stop strings were never met: the test needs them to be"
+    assert recompute_gap(backend.model, groups, temperature=1.0) < backend.tolerance
+
+
+def test_prompts_sharing_a_prefix_give_what_each_gives_alone(model):
+    # The prefill computes a shared prefix once (an instruction and solved examples, a group's G copies) and copies
+    # its cache to every row: each row must still see exactly its own prompt, at its own positions.
+    rng = np.random.default_rng(5)
+    prefix = rng.integers(3, VOCAB, size=14)
+    prompts = [np.concatenate([prefix, rng.integers(3, VOCAB, size=n)]) for n in (1, 4, 2, 7, 3)]
+    together = greedy(model, prompts, 8, batch_size=5)
+    for prompt, c in zip(prompts, together, strict=True):
+        [alone] = greedy(model, [prompt], 8, batch_size=1)  # one row: no prefix is shared
+        assert c.token_ids.tolist() == alone.token_ids.tolist()
+    sampled = TransformersGenerator(model, batch_size=5).generate(prompts, 2, SamplingSettings(1.0, 1.0, 0, 8), seed=3)
+    worst = 0.0
+    for prompt, group in zip(prompts, sampled, strict=True):
+        for c in group:
+            logits = teacher_forced_logits(model, prompt, c.token_ids)
+            recomputed = processed_logprobs(logits, 1.0).gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
+            worst = max(worst, (recomputed - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
+    assert worst < TOLERANCE

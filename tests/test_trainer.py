@@ -1,6 +1,7 @@
-"""The trainer: packing reads each completion token's log-prob at the right position, micro-batching
-does not change the gradient, a step trains (full or LoRA) and reports its metrics, and groups with
-equal rewards cost nothing."""
+"""The trainer: packing reads each completion token's log-prob at the right position (one row per completion, or
+each prompt once), micro-batching and gradient checkpointing do not change the gradient, a step trains (full or
+LoRA) and reports its metrics, and groups with equal rewards cost nothing. (``test_logprobs.py``: the log-probs on
+real architectures.)"""
 
 import copy
 import dataclasses
@@ -13,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
-from ftis.node.trainer.packing import micro_batches, pack
+from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol.limits import MIN_LOGPROB
 from ftis.protocol.schema import CompletionColumns
@@ -58,14 +59,15 @@ def naive_logprobs(model, group: TrainingGroup) -> list[list[float]]:
     return result
 
 
+@pytest.mark.parametrize("shared_prompts", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_packed_logprobs_equal_each_sequence_alone(temperature):
+def test_packed_logprobs_equal_each_sequence_alone(temperature, shared_prompts):
     model = tiny_model().eval()
     rng = np.random.default_rng(0)
     groups = [make_group(rng, f"g{k}", [1.0, 0.0, 1.0], temperature=temperature) for k in range(3)]
     packed = pack(groups)
     with torch.no_grad():
-        got = completion_logprobs(model, packed)
+        got = completion_logprobs(model, packed, shared_prompts)
         row = 0
         for group in groups:
             for expected in naive_logprobs(model, group):
@@ -75,21 +77,34 @@ def test_packed_logprobs_equal_each_sequence_alone(temperature):
                 row += 1
 
 
-def test_micro_batches_hold_whole_groups_within_the_token_bound():
+@pytest.mark.parametrize("shared_prompts", [False, True])
+def test_micro_batches_hold_whole_groups_within_the_token_bound(shared_prompts):
     rng = np.random.default_rng(1)
     groups = [make_group(rng, f"g{k}", [1.0, 0.0], prompt_length=4) for k in range(5)]
-    chunks = [micro.groups for micro in micro_batches(groups, max_tokens=30)]
+    chunks = [micro.groups for micro in micro_batches(groups, 30, shared_prompts)]
     assert [g for chunk in chunks for g in chunk] == groups
     for chunk in chunks:
+        assert len(chunk) == 1 or padded_tokens(chunk, shared_prompts) <= 30
         rows = sum(g.size for g in chunk)
         width = max(len(g.prompt_ids) + int(g.completions.lengths.max()) for g in chunk)
-        assert len(chunk) == 1 or rows * width <= 30
-    assert [micro.groups for micro in micro_batches(groups, max_tokens=1)] == [[g] for g in groups]  # alone
+        assert padded_tokens(chunk, shared_prompts=False) == rows * width  # one row per completion, prompt included
+    assert [micro.groups for micro in micro_batches(groups, 1, shared_prompts)] == [[g] for g in groups]  # alone
+    if shared_prompts:  # the prompts count once: fewer micro-batches than one row per completion needs
+        assert len(chunks) < len(micro_batches(groups, 30, shared_prompts=False))
 
 
-def captured_gradients(max_tokens: int) -> list[torch.Tensor]:
+def captured_gradients(max_tokens: int, lora: bool = False, **settings) -> list[torch.Tensor]:
     model = tiny_model()
-    trainer = Trainer(model, "full", LossConfig(), TrainerConfig(max_tokens_per_microbatch=max_tokens))
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        with torch.no_grad():  # B starts at 0: give the adapter a say in the forward pass
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+    config = TrainerConfig(max_tokens_per_microbatch=max_tokens, **settings)
+    trainer = Trainer(model, "lora" if lora else "full", LossConfig(), config)
     grads = []
     step = trainer.optimizer.step
     trainer.optimizer.step = lambda: (grads.extend(p.grad.clone() for p in trainer.parameters), step())
@@ -104,6 +119,14 @@ def captured_gradients(max_tokens: int) -> list[torch.Tensor]:
 def test_micro_batching_does_not_change_the_gradient():
     whole, split = captured_gradients(10_000), captured_gradients(1)
     for a, b in zip(whole, split, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_does_not_change_the_gradient(lora):
+    # It also turns off the shared prompts (transformers' checkpointed layers drop the KV cache): one row each.
+    kept, recomputed = captured_gradients(10_000, lora), captured_gradients(10_000, lora, gradient_checkpointing=True)
+    for a, b in zip(kept, recomputed, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 

@@ -9,14 +9,10 @@ from ftis.node.models import build_tokenizer, load_policy
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.tasks.arithmetic import FORMATS
 from ftis.node.warmup import WarmupDataError, WarmupPlan, demonstration, greedy_accuracy, supervised_warmup
-from ftis.node.warmup.data import DEMONSTRATIONS, Example, collate, encode_example
+from ftis.node.warmup.data import Example, collate, encode_example
 from ftis.node.warmup.train import completion_loss, cosine_lr, learning_rate, training_problems
 
 ONE_DIGIT_ADDITION = ArithmeticSettings(max_digits=1, operations="+")
-
-
-def test_every_answer_format_has_a_demonstration():
-    assert set(DEMONSTRATIONS) == set(FORMATS)
 
 
 @pytest.mark.parametrize("answer_format", sorted(FORMATS))

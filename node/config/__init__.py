@@ -49,6 +49,7 @@ __all__ = [
     "merged", "partial_of", "read_toml", "validation_problems",
 ]
 
+MAX_STOP_CHARACTERS = 64  # a stop string's length: the generator decodes that many tokens' text at each step
 LossVariant = Literal["nois", "vis", "tis", "ftis", "fvis"]  # the names of LOSS_VARIANTS (a test checks)
 
 
@@ -126,7 +127,14 @@ class TrainerConfig(Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradients are clipped to this global norm.")
     max_tokens_per_microbatch: int = Field(
-        8192, ge=1, description="Padded tokens per forward pass: bounds memory. A micro-batch holds whole groups."
+        1024, ge=1, description="Tokens one forward pass computes, padding included: bounds the activations' memory "
+        "(about 1.3 MiB a token for a 135M-270M model in float32). A group's prompt counts once; a micro-batch holds "
+        "whole advantage groups, so one larger than this runs alone."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute each layer's activations in the backward pass instead of keeping them: for a "
+        "group whose activations do not fit (long completions). Each completion then computes its prompt again, and "
+        "a step takes several times as long (docs/node.md)."
     )
 
     def lr_for(self, adapter: str) -> float:
@@ -185,6 +193,10 @@ class ModelConfig(Section):
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Wrap prompts in the tokenizer's chat template: auto (when it has one), on, off."
     )
+    bos: Literal["auto", "on", "off"] = Field(
+        "auto", description="Begin prompts with the tokenizer's begin-of-sequence token: auto (where the tokenizer "
+        "adds it to a text itself, as Gemma's does), on, off (a chat template that writes one keeps it)."
+    )
     warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="Supervised warm start (tiny models).")
 
 
@@ -201,6 +213,10 @@ class TaskConfig(Section):
     )
     trust_peer_answers: bool = Field(
         False, description="Score a peer's group against its own gold answer when this node lacks the problem."
+    )
+    few_shot: int = Field(
+        0, ge=0, le=16, description="Solved examples before each question, from the task's dev (arithmetic) or train "
+        "split: earlier turns in the chat template, else the plain layout. Peers of one tokenizer must agree on it."
     )
 
 
@@ -252,10 +268,23 @@ class GenerationConfig(Section):
                          "off-policy (IS weights below 1).")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off. As top_p: on, it makes own samples off-policy.")
     max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")
+    stop: list[str] = Field(
+        default_factory=list, max_length=8, description="Strings that end a completion besides the end-of-sequence "
+        'tokens (kept in it), e.g. ["</answer>"] for a base model that never writes its end token.'
+    )
     batch_size: int = Field(
         64, ge=1, description="Sequences per generation forward pass (transformers; vLLM batches by itself)."
     )
     vllm: VllmConfig = Field(default_factory=VllmConfig, description="The vLLM backend's settings.")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value: list[str]) -> list[str]:
+        for text in value:
+            if not 0 < len(text) <= MAX_STOP_CHARACTERS:
+                raise PydanticCustomError("stop", "each stop string has 1 to {limit} characters, not {n}",
+                                          {"limit": MAX_STOP_CHARACTERS, "n": len(text)})
+        return value
 
 
 class MixConfig(Section):

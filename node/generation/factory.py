@@ -4,9 +4,9 @@ one way every caller (the node, the experiment's cells, benchmarks, tests) gets 
     generator = make_generator(config.generation.backend, policy, config.generation, seed=config.model.seed)
 
 Every backend is built from the same three things: the ``Policy`` (the model it samples, or whose weights
-it copies, and the tokenizer's end-of-sequence and padding ids), the ``[generation]`` settings, and the
-node's seed. Each builder imports its backend only when called: naming the table imports neither torch nor
-vLLM.
+it copies, and the tokenizer's end-of-sequence and padding ids and the text of its stop strings), the
+``[generation]`` settings, and the node's seed. Each builder imports its backend only when called: naming the
+table imports neither torch nor vLLM.
 """
 
 from collections.abc import Callable
@@ -16,7 +16,15 @@ from ftis.node.config import GenerationConfig
 from ftis.node.generation.types import Generator
 
 if TYPE_CHECKING:
+    from ftis.node.generation.stops import StopStrings
     from ftis.node.models import Policy
+
+
+def stop_strings(policy: "Policy", settings: GenerationConfig) -> "StopStrings | None":
+    """``[generation] stop`` in the policy's tokenizer (None when there are none)."""
+    from ftis.node.generation.stops import StopStrings
+
+    return StopStrings(policy.tokenizer, settings.stop) if settings.stop else None
 
 
 def _transformers(policy: "Policy", settings: GenerationConfig, seed: int) -> Generator:
@@ -24,14 +32,16 @@ def _transformers(policy: "Policy", settings: GenerationConfig, seed: int) -> Ge
     from ftis.node.generation.hf import TransformersGenerator
 
     return TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
-                                 pad_token_id=policy.tokenizer.pad_token_id, batch_size=settings.batch_size)
+                                 pad_token_id=policy.tokenizer.pad_token_id, batch_size=settings.batch_size,
+                                 stop=stop_strings(policy, settings))
 
 
 def _vllm(policy: "Policy", settings: GenerationConfig, seed: int) -> Generator:
     """A vLLM engine started now, on the trainer's GPU, from the policy's current weights."""
     from ftis.node.generation.vllm_backend import VllmGenerator
 
-    return VllmGenerator(policy, settings.vllm, eos_token_ids=policy.tokenizer.eos_token_id, seed=seed)
+    return VllmGenerator(policy, settings.vllm, eos_token_ids=policy.tokenizer.eos_token_id, seed=seed,
+                         stop=stop_strings(policy, settings))
 
 
 def _fake(policy: "Policy", settings: GenerationConfig, seed: int) -> Generator:

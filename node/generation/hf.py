@@ -15,10 +15,12 @@ so when it starts (``runner/join.py``).
 
 Shape of the loop: all prompts × G, prompt-major, in chunks of ``batch_size`` sequences; each chunk is
 left-padded (so every row's next token sits in the last column), prefilled once, then decoded one
-token per step for every row until each has sampled an end-of-sequence token or reached
-``max_new_tokens``. A finished row keeps being fed padding (cheaper than reshaping the cache) and its
-later tokens are never returned. Positions are counted from each row's first real token, so a padded
-row sees the same positions it would alone.
+token per step for every row until each has sampled an end-of-sequence token, completed a stop string
+(``stops.py``) or reached ``max_new_tokens``. A finished row keeps being fed padding (cheaper than reshaping the
+cache) and its later tokens are never returned. Positions are counted from each row's first real token, so a
+padded row sees the same positions it would alone. The prefill computes once what every row of the chunk starts
+with (``_prefill``): a group's G copies of its prompt, and the instruction and solved examples every problem's
+prompt shares, which with a few-shot prompt is nearly all of it (300 tokens against a 15-token question).
 
 Deterministic for a given seed, prompts, settings, ``batch_size`` and device: the draws come from one
 ``torch.Generator`` consumed chunk by chunk.
@@ -36,9 +38,11 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
 
+from ftis.node.generation.stops import StopStrings
 from ftis.node.generation.types import GeneratedCompletion, check_request, stop_token_ids
 from ftis.protocol import SamplingSettings
 
+MIN_SHARED_PREFIX = 8  # a shorter common prefix is not worth a prefill of its own
 # pick(logits (B, V) float32) -> (token ids (B,) int64, their log-probs under the drawing distribution (B,))
 Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
 
@@ -132,24 +136,24 @@ def _decode_chunk(
     eos_ids: Tensor,
     pad_token_id: int,
     pick: Pick,
+    stop: StopStrings | None = None,
 ) -> list[GeneratedCompletion]:
     device = eos_ids.device
-    ids, mask = _left_pad(prompts, pad_token_id, device)  # (B, P)
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, P): 0 at each row's first real token
-    cache = forward.new_cache()
-    logits = forward(ids, mask, positions, cache)  # (B, V)
+    logits, mask, positions, cache = _prefill(forward, prompts, pad_token_id, device)
 
     B = len(prompts)
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
-    stopped = torch.zeros(B, dtype=torch.bool, device=device)  # sampled an end-of-sequence token
+    stopped = torch.zeros(B, dtype=torch.bool, device=device)  # sampled an end-of-sequence token or a stop string
     for t in range(max_new_tokens):
         next_ids, next_logprobs = pick(logits)  # (B,), (B,)
         next_ids = next_ids.masked_fill(stopped, pad_token_id)  # finished rows are fed padding, never kept
         tokens[:, t] = next_ids
         logprobs[:, t] = next_logprobs
         just_stopped = ~stopped & torch.isin(next_ids, eos_ids)
+        if stop is not None:
+            just_stopped |= _stop_strings_ended(stop, tokens, t, ~stopped & ~just_stopped)
         lengths = torch.where(just_stopped, t + 1, lengths)
         stopped |= just_stopped
         if t + 1 == max_new_tokens or bool(stopped.all()):  # one host sync per token: the early exit pays
@@ -168,6 +172,54 @@ def _decode_chunk(
         )
         for row, n in enumerate(lengths_np.tolist())
     ]
+
+
+def _prefill(forward: _Forward, prompts: Sequence[np.ndarray], pad_token_id: int,
+             device: torch.device) -> tuple[Tensor, Tensor, Tensor, DynamicCache]:
+    """The prompts through the model: the last position's logits (B, V), the attention mask (B, L) and the
+    positions (B, ·) the decoding continues from, and the filled cache.
+
+    The tokens every prompt of the chunk starts with (a group's G copies of one prompt; an instruction and its
+    solved examples, shared by every problem) go through once, and the cache of that prefix is copied to every
+    row; then each row's own tokens follow, left-padded after the prefix (padding is masked, and positions count
+    real tokens only, so each row sees the positions it would alone)."""
+    shared = _shared_prefix(prompts) if len(prompts) > 1 else 0
+    cache = forward.new_cache()
+    if shared < MIN_SHARED_PREFIX:
+        ids, mask = _left_pad(prompts, pad_token_id, device)  # (B, P)
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, P): 0 at each row's first real token
+        return forward(ids, mask, positions, cache), mask, positions, cache
+    head = torch.as_tensor(np.asarray(prompts[0][:shared], dtype=np.int64), device=device)[None]  # (1, S)
+    forward(head, torch.ones_like(head), torch.arange(shared, device=device)[None], cache)
+    cache.batch_repeat_interleave(len(prompts))
+    tails, tail_mask = _left_pad([prompt[shared:] for prompt in prompts], pad_token_id, device)  # (B, T)
+    mask = torch.cat([tail_mask.new_ones((len(prompts), shared)), tail_mask], dim=-1)  # (B, S + T)
+    positions = (mask.cumsum(dim=-1) - 1)[:, shared:]  # (B, T): the tails continue from position S
+    return forward(tails, mask, positions, cache), mask, positions, cache
+
+
+def _shared_prefix(prompts: Sequence[np.ndarray]) -> int:
+    """How many first tokens all ``prompts`` share, leaving each at least one of its own (whose logits predict
+    the first completion token)."""
+    shortest = min(len(prompt) for prompt in prompts)
+    first = np.asarray(prompts[0][: shortest - 1])
+    shared = len(first)
+    for prompt in prompts[1:]:
+        differs = np.flatnonzero(np.asarray(prompt[:shared]) != first[:shared])
+        if differs.size:
+            shared = int(differs[0])
+    return shared
+
+
+def _stop_strings_ended(stop: StopStrings, tokens: Tensor, t: int, active: Tensor) -> Tensor:
+    """(B,) bool: the active rows whose text now holds a stop string (``stops.py``'s rule at token ``t``)."""
+    ended = torch.zeros_like(active)
+    rows = active.nonzero().flatten().tolist()
+    if rows:
+        windows = tokens[rows, max(0, t + 1 - stop.window) : t + 1].tolist()
+        hits = [row for row, hit in zip(rows, stop.ended(windows), strict=True) if hit]
+        ended[hits] = True
+    return ended
 
 
 @contextmanager
@@ -215,6 +267,7 @@ def _decode(
     pad_token_id: int | None,
     batch_size: int,
     pick_for: Callable[[torch.device], Pick],
+    stop: StopStrings | None = None,
 ) -> list[GeneratedCompletion]:
     """One completion per prompt, in order, decoded in chunks of ``batch_size``."""
     if batch_size < 1:
@@ -228,7 +281,7 @@ def _decode(
     with _generating(model):
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            out.extend(_decode_chunk(forward, chunk, max_new_tokens, eos_ids, pad, pick))
+            out.extend(_decode_chunk(forward, chunk, max_new_tokens, eos_ids, pad, pick, stop))
     return out
 
 
@@ -244,11 +297,13 @@ class TransformersGenerator:
         pad_token_id: int | None = None,
         batch_size: int = 64,
         policy_version: int = 0,
+        stop: StopStrings | None = None,
     ):
         self.model = model
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id
         self.batch_size = batch_size  # sequences per forward pass (prompts × G are split into chunks)
+        self.stop = stop  # stop strings besides the end-of-sequence ids (``stops.py``)
         self._policy_version = policy_version
 
     @property
@@ -278,9 +333,8 @@ class TransformersGenerator:
                 generator.manual_seed(seed)
             return sampling_pick(sampling, generator)
 
-        flat = _decode(
-            self.model, rows, sampling.max_new_tokens, self.eos_token_ids, self.pad_token_id, self.batch_size, pick_for
-        )
+        flat = _decode(self.model, rows, sampling.max_new_tokens, self.eos_token_ids, self.pad_token_id,
+                       self.batch_size, pick_for, self.stop)
         return [flat[i * G : (i + 1) * G] for i in range(len(prompts))]
 
 
@@ -292,13 +346,15 @@ def greedy(
     eos_token_ids: int | Sequence[int] | None = None,
     pad_token_id: int | None = None,
     batch_size: int = 64,
+    stop: StopStrings | None = None,
 ) -> list[GeneratedCompletion]:
     """Argmax decoding for evaluation: one completion per prompt, stopping at an end-of-sequence token
-    (kept, "stop") or after ``max_new_tokens`` ("length"). ``sampler_logprobs`` are 0 — the log-prob of
+    or a stop string (kept, "stop") or after ``max_new_tokens`` ("length"). ``sampler_logprobs`` are 0 — the log-prob of
     the argmax under greedy decoding — not the model's log-probs: do not train on these."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be ≥ 1, got {max_new_tokens}")
     for i, prompt in enumerate(prompts):
         if np.asarray(prompt).ndim != 1 or len(prompt) == 0:
             raise ValueError(f"prompts[{i}] must be a non-empty 1-D array of token ids")
-    return _decode(model, prompts, max_new_tokens, eos_token_ids, pad_token_id, batch_size, lambda _: greedy_pick)
+    return _decode(model, prompts, max_new_tokens, eos_token_ids, pad_token_id, batch_size, lambda _: greedy_pick,
+                   stop)

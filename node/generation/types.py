@@ -36,8 +36,9 @@ class WeightSyncError(GenerationBackendError):
 @dataclass(frozen=True, eq=False)
 class GeneratedCompletion:
     """One sampled completion. ``finish_reason`` is "stop" when the generator sampled an end-of-sequence
-    token (then the last id is that token and no id before it is one) and "length" when it reached
-    ``max_new_tokens`` without one. Nothing sampled after the end-of-sequence token is kept."""
+    token (then the last id is that token and no id before it is one) or completed a stop string (``stops.py``:
+    the last id completes it), and "length" when it reached ``max_new_tokens`` without either. Nothing sampled after
+    the end is kept."""
 
     token_ids: np.ndarray  # (n,) int64, 1 ≤ n ≤ max_new_tokens
     sampler_logprobs: np.ndarray  # (n,) float32, ≤ 0, finite

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ftis.node.config import VllmConfig
+from ftis.node.generation.stops import StopStrings
 from ftis.node.generation.types import (
     GeneratedCompletion,
     GenerationBackendError,
@@ -80,6 +81,7 @@ class VllmGenerator:
         eos_token_ids: int | Sequence[int] | None = None,
         seed: int = 0,
         policy_version: int = 0,
+        stop: StopStrings | None = None,
     ):
         from ftis.node.generation.vllm_engine import import_vllm, start_engine
         from ftis.node.generation.vllm_sync import FullWeightSync, LoraWeightSync
@@ -87,6 +89,7 @@ class VllmGenerator:
         settings = settings or VllmConfig()
         self._vllm = import_vllm()  # refuses a missing or too old vLLM before anything is written
         self.stop_ids = stop_token_ids(policy.model, eos_token_ids)
+        self.stop = stop  # stop strings: the engine runs without a tokenizer, so completions are cut afterwards
         if settings.scratch_dir is None:
             self.scratch = Path(tempfile.mkdtemp(prefix="ftis-vllm-"))
             self._remove_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, ignore_errors=True)
@@ -177,7 +180,8 @@ class VllmGenerator:
         samples = sorted(output.outputs, key=lambda sample: sample.index)
         if len(samples) != num_completions:
             raise VllmOutputError(f"vLLM returned {len(samples)} samples for a request of {num_completions}")
-        return [to_generated(sample, self.stop_ids, max_new_tokens) for sample in samples]
+        generated = [to_generated(sample, self.stop_ids, max_new_tokens) for sample in samples]
+        return generated if self.stop is None else [cut_at_stop(completion, self.stop) for completion in generated]
 
 
 def to_generated(sample: Any, stop_ids: frozenset[int], max_new_tokens: int) -> GeneratedCompletion:
@@ -207,6 +211,16 @@ def to_generated(sample: Any, stop_ids: frozenset[int], max_new_tokens: int) -> 
                               "elsewhere than exactly at its end")
     # A log-softmax is ≤ 0; float rounding may leave +1e-7 on a near-certain token, which the wire refuses.
     return GeneratedCompletion(token_ids, np.minimum(values, 0.0).astype(np.float32), reason)
+
+
+def cut_at_stop(completion: GeneratedCompletion, stop: StopStrings) -> GeneratedCompletion:
+    """``completion`` ended at the token that completes its first stop string (``stops.py``), as the transformers
+    backend ends it while it samples; unchanged when it completes none."""
+    length = stop.cut(completion.token_ids)
+    if length is None:
+        return completion
+    return GeneratedCompletion(completion.token_ids[:length].copy(), completion.sampler_logprobs[:length].copy(),
+                               "stop")
 
 
 def request_seeds(seed: int | None, num_prompts: int, num_completions: int) -> list[int | None]:

@@ -12,8 +12,14 @@ Files:
 - ``stand_in.py``   ``build_stand_in``: a real tokenizer's whole vocabulary (Qwen2's 151,936 tokens) on a tiny
                     random network, saved as a local model folder; ``real_tokenizer_folder``: where
                     ``.ci/tokenizers`` put the real tokenizers.
-- ``loading.py``    ``load_policy``: a tiny name, a local folder or a hub id → ``Policy`` (model,
+- ``loading.py``    ``load_policy``: a tiny name, a ``.gguf`` file, a local folder or a hub id → ``Policy`` (model,
                     tokenizer, fingerprint), full fine-tuning or a peft LoRA adapter.
+- ``gguf.py``       ``convert_gguf``: a GGUF file (llama.cpp's format) as a Hugging Face folder, dequantized to
+                    float32, checked against the file, with its licence files and a manifest
+                    (``ftis-model.json``); ``gguf_folder``: a ``--model x.gguf`` file's converted folder in the
+                    cache; ``check_licence_files``: a converted folder must carry the files its licence needs.
+- ``real.py``       ``real_model_folder``: where ``.ci/models`` put the real pretrained models
+                    (``smollm2-135m-instruct``, ``gemma-3-270m``).
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
                     the adapter for LoRA, plus the tokenizer), written atomically.
 - ``quiet.py``      ``no_progress_bars``: transformers' bars off while a local folder is read or written.
@@ -24,6 +30,7 @@ that need a model, not at the top of the CLI.
 
 from ftis.node.models.bpe_tokenizer import build_bpe_tokenizer
 from ftis.node.models.export import export_policy, load_export
+from ftis.node.models.gguf import GgufError, LicenceFileMissing, convert_gguf
 from ftis.node.models.loading import (
     LoraRankClamped,
     ModelLoadError,
@@ -32,11 +39,15 @@ from ftis.node.models.loading import (
     UnknownModelError,
     load_policy,
 )
+from ftis.node.models.real import REAL_MODELS, real_model_folder
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 
 __all__ = [
+    "REAL_MODELS",
     "TINY_MODELS",
+    "GgufError",
+    "LicenceFileMissing",
     "LoraRankClamped",
     "ModelLoadError",
     "NotAModelError",
@@ -46,8 +57,10 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "build_tokenizer",
+    "convert_gguf",
     "export_policy",
     "load_export",
     "load_policy",
+    "real_model_folder",
     "tokenizer_fingerprint",
 ]

@@ -10,7 +10,10 @@ What a folder holds (transformers and vLLM read it as it is):
          base is named by id when it is a hub model (``base_model_name_or_path``), and otherwise copied
          into ``base/`` (a tiny or local base), so the export never depends on a folder that may move
          or be replaced. With vLLM: ``LLM(model=<base>, enable_lora=True)`` + a ``LoRARequest`` for the folder;
-- both:  the tokenizer, and ``ftis_policy.json`` (name, adapter, fingerprint, policy version).
+- both:  the tokenizer, and ``ftis_policy.json`` (name, adapter, fingerprint, policy version); and where the
+         weights started from a folder whose licence travels with them (Gemma's terms and notice:
+         ``Policy.licence_files``), those files and a manifest naming them (``ftis-model.json``), beside the
+         weights and beside ``base/``, which loading checks as it checks the folder they came from.
 
 Atomic: everything is written into a temporary sibling folder, which is then renamed over the target
 (the old one is first renamed aside, then deleted). A reader sees the old export or the new one, never
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 
 from ftis.node.atomic import replace_folder
+from ftis.node.models.gguf import MANIFEST, MANIFEST_FORMAT
 from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, ModelLoadError, Policy, load_policy
 from ftis.node.models.quiet import no_progress_bars
 
@@ -82,7 +86,23 @@ def _write(policy: Policy, staging: Path, policy_version: int | None) -> None:
     with no_progress_bars():  # a node exports often; transformers' "Writing model shards" bar is noise
         _write_weights(policy, staging)
     policy.tokenizer.save_pretrained(staging)
+    _write_licence(policy, staging)
+    if (staging / LORA_BASE_FOLDER).is_dir():
+        _write_licence(policy, staging / LORA_BASE_FOLDER)
     _write_record(policy, staging, policy_version)
+
+
+def _write_licence(policy: Policy, folder: Path) -> None:
+    """The licence files the policy's weights must travel with (Gemma's terms and notice), and a manifest naming
+    them, so that loading the export checks them as it checks the folder the weights came from."""
+    if not policy.licence_files:
+        return
+    for source in policy.licence_files:
+        shutil.copyfile(source, folder / source.name)
+    manifest = {"format": MANIFEST_FORMAT, "licence": policy.licence,
+                "licence_files": [source.name for source in policy.licence_files],
+                "note": f"trained by ftis-node from {policy.name}: the licence of the weights it started from applies"}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 def _write_weights(policy: Policy, staging: Path) -> None:

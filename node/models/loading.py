@@ -1,19 +1,29 @@
-"""Load the node's policy: a tiny built-in model, a local folder, or a Hugging Face hub model; full or LoRA.
+"""Load the node's policy: a tiny built-in model, a GGUF file, a local folder, or a Hugging Face hub model; full
+or LoRA.
 
     from ftis.node.models.loading import load_policy
     policy = load_policy("tiny-small", adapter="lora", seed=0)
     policy = load_policy("Qwen/Qwen2.5-3B-Instruct", adapter="lora", dtype="bfloat16", device="cuda")
+    policy = load_policy("models/SmolLM2-135M-Instruct.Q4_1.gguf")  # converted once, then from the cache
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
 
 Which source ``model`` names, in this order:
 1. a name in ``TINY_MODELS`` (``tiny-small``, ``tiny-medium``, ``tiny-large``, ``tiny-small-bpe``): built in
    code from ``seed``, with its built-in tokenizer;
-2. an existing folder: a full model (``config.json``, as ``save_pretrained`` writes) or a LoRA adapter
+2. a name in ``REAL_MODELS`` (``smollm2-135m-instruct``, ``gemma-3-270m``): the folder ``.ci/models`` wrote in the
+   cache (``real.py``; without it, an error naming the command), loaded as a folder (step 4);
+3. a file whose name ends in ``.gguf`` (llama.cpp's format, quantized or not): converted the first time into a
+   Hugging Face folder in the cache named by the file's sha256 (``$FTIS_CACHE/models/gguf-<prefix>/``, a line
+   on stderr says so; ``gguf.py``), then loaded as that folder (step 4). A ``.gguf`` name that is no file, or
+   a file that is not a readable GGUF, raises; nothing is left in the cache;
+4. an existing folder: a full model (``config.json``, as ``save_pretrained`` writes) or a LoRA adapter
    (``adapter_config.json``, as ``export.py`` writes). An adapter's base is the ``base/`` folder beside
-   it when there is one, otherwise the model its ``base_model_name_or_path`` names;
-3. anything else that looks like a path (starts with ``/``, ``.`` or ``~``, or has two or more ``/``) is
+   it when there is one, otherwise the model its ``base_model_name_or_path`` names. A folder converted from
+   a GGUF file (its manifest ``ftis-model.json``) must hold every licence file the manifest names: checked
+   before anything else is read;
+5. anything else that looks like a path (starts with ``/``, ``.`` or ``~``, or has two or more ``/``) is
    a missing folder, and another ``tiny-*`` name an unknown tiny model: both raise;
-4. otherwise a hub id (``Qwen/Qwen2.5-1.5B-Instruct``), loaded with ``from_pretrained``.
+6. otherwise a hub id (``Qwen/Qwen2.5-1.5B-Instruct``), loaded with ``from_pretrained``.
 
 LoRA (``adapter="lora"``) goes through peft, with dropout 0 (the importance ratios need log-probs that
 are a pure function of the weights): only the adapter's parameters are trainable. Rank rule: a rank
@@ -32,7 +42,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,6 +61,8 @@ Dtype = Literal["float32", "bfloat16", "float16", "auto"] | torch.dtype
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_BASE_FOLDER = "base"  # beside adapter_config.json: the adapter's base model, when not a hub model
+GGUF_SUFFIX = ".gguf"  # a model file in llama.cpp's format, converted to a folder first (gguf.py)
+REAL_MODELS = ("smollm2-135m-instruct", "gemma-3-270m")  # the folders .ci/models writes (real.py)
 _PATH_LIKE = re.compile(r"^(/|\.|~)|/.*/|\\")
 
 
@@ -76,13 +88,15 @@ class Policy:
 
     model: torch.nn.Module  # a PreTrainedModel (full) or a peft PeftModel wrapping one (lora)
     tokenizer: PreTrainedTokenizerBase
-    name: str  # what was loaded: a tiny name, a folder or a hub id
+    name: str  # what was loaded: a tiny name, a .gguf file, a folder or a hub id
     adapter: Adapter
     fingerprint: str  # tokenizer_fingerprint(tokenizer): goes into every published batch
     lora_rank: int | None = None  # the rank in use (after clamping); None for full fine-tuning
     lora_alpha: float | None = None
     base_model_id: str | None = None  # LoRA on a hub model: its id, which exports name instead of copying it
     revision: str | None = None  # hub revision the weights came from, if one was asked for
+    licence: str | None = None  # the licence of weights that must travel with theirs (a converted folder's)
+    licence_files: tuple[Path, ...] = ()  # ...its files, which every export of this policy carries (gguf.py)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer updates: all of them (full) or the adapter's (LoRA)."""
@@ -95,6 +109,8 @@ class _Loaded:
     tokenizer: PreTrainedTokenizerBase
     hub_id: str | None  # the hub id of the (base) weights, when they came from the hub
     lora: bool = False  # model is already a PeftModel (a LoRA folder)
+    licence: str | None = None  # a converted folder's licence (its manifest), or its base's
+    licence_files: tuple[Path, ...] = ()
 
 
 def load_policy(
@@ -109,7 +125,8 @@ def load_policy(
     seed: int = 0,
     revision: str | None = None,
 ) -> Policy:
-    """Load ``model`` (tiny name, folder or hub id) as a trainable policy; see the module docstring."""
+    """Load ``model`` (tiny name, ``.gguf`` file, folder or hub id) as a trainable policy; see the module
+    docstring."""
     if adapter not in ("full", "lora"):
         raise ValueError(f"adapter must be 'full' or 'lora', not {adapter!r}")
     loaded = _load(model, dtype=dtype, seed=seed, revision=revision, trainable_adapter=adapter == "lora")
@@ -138,22 +155,48 @@ def load_policy(
         lora_alpha=alpha,
         base_model_id=loaded.hub_id if adapter == "lora" else None,
         revision=revision,
+        licence=loaded.licence,
+        licence_files=loaded.licence_files,
     )
 
 
 def _load(model: str, *, dtype: Dtype, seed: int, revision: str | None, trainable_adapter: bool) -> _Loaded:
-    """Model and tokenizer from whichever source ``model`` names (module docstring, steps 1–4)."""
+    """Model and tokenizer from whichever source ``model`` names (module docstring, steps 1–6)."""
     if model in TINY_MODELS:
         tiny_dtype = torch.float32 if dtype == "auto" else _torch_dtype(dtype)
         network = build_tiny_model(model, seed=seed).to(tiny_dtype)
         return _Loaded(network, build_tiny_tokenizer(model), hub_id=None)
     path = Path(model).expanduser()
+    if model in REAL_MODELS and not path.exists():
+        from ftis.node.models.real import real_model_folder  # imports gguf.py, which imports this module
+
+        try:
+            path = real_model_folder(model)
+        except FileNotFoundError as missing:
+            raise NotAModelError(str(missing)) from None
+    if path.suffix.lower() == GGUF_SUFFIX and not path.is_dir():
+        if not path.is_file():
+            raise NotAModelError(f"no such GGUF file: {model}")
+        from ftis.node.models.gguf import gguf_folder  # imports this module
+
+        path = gguf_folder(path)
+    licence, licence_files = None, ()
+    if path.is_dir():
+        from ftis.node.models.gguf import check_licence_files, read_manifest
+
+        check_licence_files(path)
+        manifest = read_manifest(path) or {}
+        licence = manifest.get("licence")
+        licence_files = tuple(path.absolute() / name for name in manifest.get("licence_files", []))
     if path.exists():
         if (path / "adapter_config.json").is_file():
-            return _load_lora_folder(path, dtype=dtype, seed=seed, trainable=trainable_adapter)
+            loaded = _load_lora_folder(path, dtype=dtype, seed=seed, trainable=trainable_adapter)
+            return replace(loaded, licence=licence or loaded.licence, licence_files=licence_files or
+                           loaded.licence_files) if licence_files else loaded
         if (path / "config.json").is_file():
             with no_progress_bars():  # a local folder loads at once
-                return _Loaded(_from_pretrained(str(path), dtype, None), AutoTokenizer.from_pretrained(str(path)), None)
+                return _Loaded(_from_pretrained(str(path), dtype, None), AutoTokenizer.from_pretrained(str(path)),
+                               None, licence=licence, licence_files=licence_files)
         raise NotAModelError(f"{model} is not a model folder: it has neither config.json nor adapter_config.json")
     if model.startswith("tiny-"):
         raise UnknownModelError(f"unknown tiny model {model!r}; the built-in ones are {', '.join(TINY_MODELS)}")
@@ -181,7 +224,8 @@ def _load_lora_folder(path: Path, *, dtype: Dtype, seed: int, trainable: bool) -
     tokenizer = AutoTokenizer.from_pretrained(str(path)) if has_tokenizer else base.tokenizer
     with _quiet_peft():
         peft_model = PeftModel.from_pretrained(base.model, str(path), is_trainable=trainable)
-    return _Loaded(peft_model, tokenizer, hub_id=base.hub_id, lora=True)
+    return _Loaded(peft_model, tokenizer, hub_id=base.hub_id, lora=True, licence=base.licence,
+                   licence_files=base.licence_files)
 
 
 def _from_pretrained(name: str, dtype: Dtype, revision: str | None) -> PreTrainedModel:

@@ -1,6 +1,7 @@
-"""Transformers' progress bars off for a moment: loading or saving a local folder is quick, and a node
-does it often (exports, checkpoints, cached warm starts), so the bars would only be noise in its log.
-Downloads from the hub keep theirs: those can take minutes."""
+"""Transformers' output off for a moment. Progress bars (``no_progress_bars``): loading or saving a local folder is
+quick, and a node does it often (exports, checkpoints, cached warm starts), so the bars would only be noise in its
+log; downloads from the hub keep theirs, which can take minutes. Warnings (``errors_only``): reading a GGUF file,
+transformers reports every metadata field it has no use for."""
 
 import contextlib
 from collections.abc import Iterator
@@ -17,3 +18,13 @@ def no_progress_bars() -> Iterator[None]:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def errors_only() -> Iterator[None]:
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)

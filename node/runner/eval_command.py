@@ -25,7 +25,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ftis.node.config import ConfigError, ModelConfig, NodeConfig, TaskConfig, describe_validation_error, load_config
+from ftis.node.config import (
+    ConfigError,
+    GenerationConfig,
+    ModelConfig,
+    NodeConfig,
+    TaskConfig,
+    describe_validation_error,
+    load_config,
+)
 from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitError
 
 if TYPE_CHECKING:
@@ -71,12 +79,15 @@ class _Plan:
     max_new_tokens: int
     batch_size: int
     model: ModelConfig
+    few_shot: int
+    generation: GenerationConfig
 
 
 def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callable[[str], None]) -> "EvalResult":
     """Load, evaluate, print; raises ``EvalCommandError``."""
+    from ftis.node.generation.factory import stop_strings
     from ftis.node.runner.evaluation import EvalError, eval_problems, evaluate
-    from ftis.node.tasks.prompts import ChatTemplateError, uses_chat_template
+    from ftis.node.tasks.prompts import PromptError, policy_prompter
 
     plan = _plan(request)
     try:
@@ -91,15 +102,18 @@ def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callab
         raise EvalCommandError(f"cannot load {plan.task.name}/{plan.split}: {error}", FAILURE) from None
     policy, policy_version = _load_model(request.model, request.adapter, plan.model)
     try:
-        chat = uses_chat_template(policy.tokenizer, plan.model.chat_template)
-    except ChatTemplateError as error:
+        prompter = policy_prompter(policy, plan.task, chat_template=plan.model.chat_template, bos=plan.model.bos,
+                                   few_shot=plan.few_shot)
+    except PromptError as error:
         raise EvalCommandError(str(error), USAGE) from None
+    chat = prompter.chat
     records = _open_records(request.records)  # before the evaluation: a bad path fails at once
     try:
         with _progress(f"{plan.task.name}/{plan.split}", echo_err) as progress:
             result = evaluate(policy, plan.task, plan.split, limit=plan.limit, batch_size=plan.batch_size,
-                              max_new_tokens=plan.max_new_tokens, chat=chat, progress=progress,
-                              keep_records=records is not None)
+                              max_new_tokens=plan.max_new_tokens, progress=progress,
+                              keep_records=records is not None, prompter=prompter,
+                              stop=stop_strings(policy, plan.generation))
         if records is not None:
             records.writelines(json.dumps(asdict(record)) + "\n" for record in result.records)
     finally:
@@ -111,6 +125,9 @@ def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callab
         "adapter": policy.adapter,
         "policy_version": policy_version,
         "chat_template": chat,
+        "bos": prompter.bos,
+        "few_shot": len(prompter.shots),
+        "stop": list(plan.generation.stop),
         "max_new_tokens": plan.max_new_tokens,
         "batch_size": plan.batch_size,
         **{key: value for key, value in asdict(result).items() if key != "records"},
@@ -148,7 +165,8 @@ def _plan(request: EvalRequest) -> _Plan:
         split = split or "test"
         data_files[split] = str(request.data)
     task_config = _validated(TaskConfig, {"name": name, "data_files": data_files,
-                                          "arithmetic": base.task.arithmetic if same_task else {}}, "task")
+                                          "arithmetic": base.task.arithmetic if same_task else {},
+                                          "few_shot": base.task.few_shot if same_task else 0}, "task")
     try:
         task = build_task(task_config)
         split = split or held_out_split(task)
@@ -166,6 +184,8 @@ def _plan(request: EvalRequest) -> _Plan:
         max_new_tokens=request.max_new_tokens or base.eval.max_new_tokens or generation.max_new_tokens,
         batch_size=request.batch_size or base.eval.batch_size or generation.batch_size,
         model=model,
+        few_shot=task_config.few_shot,
+        generation=generation,
     )
 
 
@@ -250,7 +270,8 @@ def _text(facts: dict[str, Any]) -> str:
         ("task", f"{facts['dataset']}, split {facts['split']}: {facts['total']} problems"),
         ("accuracy", f"{facts['accuracy']:.1%} ± {facts['standard_error']:.1%} ({facts['correct']}/{facts['total']})"),
         *((skill, f"{right / seen:.1%} ({right}/{seen})") for skill, (right, seen) in facts["by_skill"].items()),
-        ("format", f"{facts['format_valid']:.1%} of completions give an answer in the task's format"),
+        ("format", f"{facts['in_format']}/{facts['total']} ({facts['format_valid']:.1%}) completions give an answer "
+                   f"in the task's format ({facts['answer_format']})"),
         ("truncated", f"{facts['truncated']:.1%} reached max_new_tokens ({facts['max_new_tokens']})"),
         ("length", f"{facts['mean_completion_tokens']:.1f} tokens per completion"),
         ("speed", f"{facts['tokens_per_s']:.0f} tokens/s, {facts['seconds']:.1f} s"),

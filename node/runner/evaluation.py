@@ -17,11 +17,12 @@ Noise: ``standard_error`` is the binomial one, sqrt(p(1 − p) / total); a chang
 evaluations of one run (same problems) is read against it. Tasks that name a skill per problem
 (``skill``, e.g. arithmetic's carry / no-carry) get their accuracy per skill in ``by_skill``.
 
-How: each problem's prompt is built exactly as the node builds its training prompts
-(``prompts.prompt_ids``); prompts are sorted by length so that a batch pads little, decoded
-greedily (argmax, ``generation.hf.greedy``) in batches of ``batch_size``, decoded to text and scored
-with the task's own reward (1 = correct). "Format valid" means the task could parse an answer
-from the completion at all (``task.parse_answer``), right or wrong. Deterministic for a given model,
+How: each problem's prompt is built exactly as the node builds its training prompts (the node's
+``prompts.Prompter``: template, begin-of-sequence token, solved examples); prompts are sorted by length so that
+a batch pads little, decoded greedily (argmax, ``generation.hf.greedy``, ending at the node's stop strings too) in
+batches of ``batch_size``, decoded to text and scored with the task's own reward (1 = correct). "In format" counts
+the completions the task could parse an answer from at all (``task.parse_answer``, in its ``answer_format``), right
+or wrong: a model that never writes the format scores 0 however well it computes. Deterministic for a given model,
 problem set, batch size and device: there is no sampling.
 """
 
@@ -33,9 +34,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ftis.node.generation.hf import greedy
+from ftis.node.generation.stops import StopStrings
 from ftis.node.models import Policy
 from ftis.node.tasks import Problem, Task
-from ftis.node.tasks.prompts import prompt_ids
+from ftis.node.tasks.prompts import Prompter, uses_bos
 
 HELD_OUT_SPLIT = "test"  # every built-in task's held-out split, evaluated unless another is named
 SYNTHETIC_DEFAULT_LIMIT = 500  # problems of an unbounded (synthetic) split when no limit is given
@@ -70,13 +72,15 @@ class EvalResult:
     total: int  # problems scored
     correct: int  # problems with reward 1
     accuracy: float  # correct / total
-    format_valid: float  # fraction of completions the task could parse an answer from
+    format_valid: float  # fraction of completions the task could parse an answer from (in_format / total)
     truncated: float  # fraction that reached max_new_tokens without an end-of-sequence token
     mean_completion_tokens: float
     tokens_per_s: float  # generated tokens / seconds spent generating
     seconds: float  # wall time: prompts, generation, scoring
     records: tuple[EvalRecord, ...] = ()  # per problem, in problem order, when asked for
     by_skill: dict[str, tuple[int, int]] = field(default_factory=dict)  # skill -> (correct, total), when named
+    answer_format: str = ""  # the task's answer format ("tags", "plain")
+    in_format: int = 0  # completions the task could parse an answer from
 
     @property
     def standard_error(self) -> float:
@@ -155,9 +159,12 @@ def evaluate(
     chat: bool = False,
     progress: EvalProgress | None = None,
     keep_records: bool = False,
+    prompter: Prompter | None = None,
+    stop: StopStrings | None = None,
 ) -> EvalResult:
-    """Greedy accuracy of ``policy`` on ``split`` of ``task`` (see the module docstring). ``chat``: wrap
-    prompts in the tokenizer's chat template, as the node does (``prompts.uses_chat_template``)."""
+    """Greedy accuracy of ``policy`` on ``split`` of ``task`` (see the module docstring). ``prompter``: how the node
+    renders its prompts; None: one-turn prompts, in the tokenizer's chat template when ``chat``, with the
+    begin-of-sequence token where the tokenizer adds one. ``stop``: the node's stop strings."""
     if batch_size < 1:
         raise EvalError(f"batch_size must be at least 1, got {batch_size}")
     if max_new_tokens < 1:
@@ -165,7 +172,8 @@ def evaluate(
     started = time.perf_counter()
     problems = eval_problems(task, split, limit)
     tokenizer = policy.tokenizer
-    prompts = [prompt_ids(tokenizer, task.prompt(problem), chat=chat) for problem in problems]
+    prompter = prompter or Prompter(tokenizer, task, chat, uses_bos(tokenizer, "auto"))
+    prompts = [prompter.ids(problem) for problem in problems]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # stable: ties keep problem order
     records: list[EvalRecord | None] = [None] * len(problems)
     generating, correct = 0.0, 0
@@ -174,7 +182,7 @@ def evaluate(
         began = time.perf_counter()
         completions = greedy(policy.model, [prompts[i] for i in chunk], max_new_tokens,
                              eos_token_ids=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                             batch_size=batch_size)
+                             batch_size=batch_size, stop=stop)
         generating += time.perf_counter() - began
         texts = tokenizer.batch_decode([c.token_ids.tolist() for c in completions], skip_special_tokens=True)
         for i, completion, text in zip(chunk, completions, texts, strict=True):
@@ -187,6 +195,7 @@ def evaluate(
             progress(start + len(chunk), len(order), correct)
     done = [record for record in records if record is not None]
     total, tokens = len(done), sum(record.tokens for record in done)
+    in_format = sum(record.answer is not None for record in done)
     by_skill: dict[str, tuple[int, int]] = {}
     skill_of = getattr(task, "skill", None)
     for problem, record in zip(problems, done, strict=True) if skill_of is not None else ():
@@ -199,22 +208,24 @@ def evaluate(
         total=total,
         correct=correct,
         accuracy=correct / total,
-        format_valid=sum(record.answer is not None for record in done) / total,
+        format_valid=in_format / total,
         truncated=sum(record.finish_reason == "length" for record in done) / total,
         mean_completion_tokens=tokens / total,
         tokens_per_s=tokens / generating if generating > 0 else 0.0,
         seconds=time.perf_counter() - started,
         records=tuple(done) if keep_records else (),
         by_skill=dict(sorted(by_skill.items())),
+        answer_format=task.answer_format,
+        in_format=in_format,
     )
 
 
 def summary_line(result: EvalResult) -> str:
-    """One line for logs: ``eval gsm8k/test  accuracy 41.5% ± 3.5% (83/200)  format 92%  ...`` (± one standard
-    error), with the accuracy of each skill the task names."""
+    """One line for logs: ``eval gsm8k/test  accuracy 41.5% ± 3.5% (83/200)  in format (tags) 184/200  ...`` (± one
+    standard error), with the accuracy of each skill the task names."""
     skills = "".join(f"  {skill} {right / seen:.1%}" for skill, (right, seen) in result.by_skill.items())
     return (f"eval {result.dataset}/{result.split}  accuracy {result.accuracy:.1%} ± {result.standard_error:.1%} "
             f"({result.correct}/{result.total}){skills}"
-            f"  format {result.format_valid:.0%}  truncated {result.truncated:.0%}"
+            f"  in format ({result.answer_format}) {result.in_format}/{result.total}  truncated {result.truncated:.0%}"
             f"  length {result.mean_completion_tokens:.1f} tok  {result.tokens_per_s:.0f} tok/s"
             f"  {result.seconds:.1f} s")

@@ -22,7 +22,7 @@ from ftis.node.runner.periodic_eval import PeriodicEval
 from ftis.node.runner.utilisation import LoopClock
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Task
-from ftis.node.tasks.prompts import uses_chat_template
+from ftis.node.tasks.prompts import policy_prompter
 
 
 def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None,
@@ -42,12 +42,13 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
         policy = load_policy(m.name, adapter=m.adapter, lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
                              lora_target_modules=m.lora_target_modules, dtype=m.dtype, device=m.device,
                              seed=m.seed, revision=m.revision)
-    uses_chat_template(policy.tokenizer, m.chat_template)  # a bad setting fails here, before the swarm is joined
+    task = build_task(config.task)
+    # a prompt setting this model or task cannot take fails here, before the swarm is joined
+    policy_prompter(policy, task, chat_template=m.chat_template, bos=m.bos, few_shot=config.task.few_shot)
     if echo is not None and (config.generation.top_p < 1 or config.generation.top_k > 0):
         echo(f"note: top_p {config.generation.top_p:g} / top_k {config.generation.top_k}: the sampler draws from a "
              "truncation of the policy being trained, so this node's own samples are off-policy too (their IS "
              "weights fall below 1; see docs/loss.md)")
-    task = build_task(config.task)
     # vLLM's engine starts now, on the trainer's GPU, from the policy's current weights
     generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     if transport_factory is None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ftis.node.config import NodeConfig
 from ftis.node.generation import Generator
+from ftis.node.generation.factory import stop_strings
 from ftis.node.models import Policy
 from ftis.node.runner.grouping import GROUPINGS
 from ftis.node.runner.helper_threads import HelperThreads, Texts, batch_key
@@ -30,7 +31,7 @@ from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
-from ftis.node.tasks.prompts import prompt_ids, uses_chat_template
+from ftis.node.tasks.prompts import policy_prompter
 from ftis.node.trainer.peer_selection import DatedGroup
 from ftis.node.trainer.step_metrics import StepMetrics
 from ftis.node.trainer.text_groups import Retokenizer
@@ -105,9 +106,14 @@ class Node:
         generation = config.generation
         self.sampling = SamplingSettings(generation.temperature, generation.top_p, generation.top_k,
                                          generation.max_new_tokens)
-        self.chat = uses_chat_template(policy.tokenizer, config.model.chat_template)
+        # how this node renders a problem: template, begin-of-sequence token, solved examples (tasks/prompts.py)
+        self.prompter = policy_prompter(policy, task, chat_template=config.model.chat_template, bos=config.model.bos,
+                                        few_shot=config.task.few_shot)
+        self.chat = self.prompter.chat
+        self.stop = stop_strings(policy, generation)  # what ends a completion besides end-of-sequence tokens
         # peers with another tokenizer: their texts in this node's tokens (None: their batches are unusable)
-        self._retokenizer = (Retokenizer.for_node(policy.tokenizer, self.chat, generation.max_new_tokens)
+        self._retokenizer = (Retokenizer.for_node(policy.tokenizer, self.chat, generation.max_new_tokens,
+                                                  self.prompter, generation.stop)
                              if config.swarm.other_tokenizers == "sequence" else None)
         self._peer_use: OrderedDict[str, str] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers' last use
         self.grouping = GROUPINGS[config.loop.grouping](config, task, self._rng)
@@ -209,7 +215,7 @@ class Node:
                                  trust_peer_answers=self.config.task.trust_peer_answers, off_policy=True,
                                  vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
                                  split=self.config.task.split, fingerprint=self.policy.fingerprint,
-                                 retokenizer=self._retokenizer,
+                                 retokenizer=self._retokenizer, prompter=self.prompter,
                                  per_sequence=self.config.loss.same_tokenizer_weights == "sequence")
             if scored.groups:
                 use[item.peer_id] = "sequence" if scored.per_sequence else "token"
@@ -250,7 +256,7 @@ class Node:
         started = time.perf_counter()
         problems = self._problems()
         tokenizer = self.policy.tokenizer
-        prompts = [prompt_ids(tokenizer, self.task.prompt(p), chat=self.chat) for p in problems]
+        prompts = [self.prompter.ids(p) for p in problems]
         seed = int(self._rng.integers(2**31))
         arrived, peer_texts = [], None  # with helpers: peers' batches so far, decoded while the generator runs
         if helpers is not None:

@@ -80,7 +80,7 @@ class PeriodicEval:
         if not self.schedule.due(node.round):
             return None
         result = evaluate(node.policy, node.task, self.split, limit=self.limit, batch_size=self.batch_size,
-                          max_new_tokens=self.max_new_tokens, chat=node.chat)
+                          max_new_tokens=self.max_new_tokens, prompter=node.prompter, stop=node.stop)
         self.schedule.done(node.round)
         self.last = result
         version = node.trainer.policy_version

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from ftis.node.config import ArithmeticConfig, describe_validation_error
-from ftis.node.tasks.base import Problem, TaskError, UnknownSplitError, check_index
+from ftis.node.tasks.base import Problem, PromptParts, TaskError, UnknownSplitError, check_index
 from ftis.node.tasks.numeric import tagged_number_reward
-from ftis.node.tasks.tags import tag_prompt, tagged_answer
+from ftis.node.tasks.tags import tag_parts, tagged_answer, tagged_completion
 
 SPLITS = ("train", "dev", "test", "ood")
 TEST_SHARE = 10  # one problem in ten belongs to the test split, one in ten to dev
@@ -71,9 +71,10 @@ class ArithmeticSettings(ArithmeticConfig):
 
 @dataclass(frozen=True)
 class AnswerFormat:
-    prompt: Callable[[str], str]  # the expression ("12+34") -> the text the model is conditioned on
+    prompt: Callable[[str], PromptParts]  # the expression ("12+34") -> what the model is asked
     parse_answer: Callable[[str], str | None]
     reward: Callable[[str, str], float]  # (completion_text, gold) -> 0.0 or 1.0
+    solved: Callable[[Problem], str]  # the completion a perfect model writes
 
 
 def _plain_answer(completion_text: str) -> str | None:
@@ -85,12 +86,17 @@ def _plain_reward(completion_text: str, gold: str) -> float:
     return 1.0 if completion_text.strip() == gold.strip() else 0.0  # "046" or "46.0" is not exactly 46
 
 
+# The tags format "thinks" by writing the sum out, then answers.
 FORMATS: dict[str, AnswerFormat] = {
-    "plain": AnswerFormat(lambda question: f"{question}=", _plain_answer, _plain_reward),
+    # one sum a line ("68+91=159\n77+6=83\n…"): a model that ends its answer at the line ends it with "\n" alone
+    "plain": AnswerFormat(lambda question: PromptParts("", f"{question}=", "", "\n"), _plain_answer, _plain_reward,
+                          lambda problem: problem.answer),
     "tags": AnswerFormat(
-        lambda question: tag_prompt(f"What is {question}?", "an integer"), tagged_answer, tagged_number_reward
+        lambda question: tag_parts(f"What is {question}?", "an integer"), tagged_answer, tagged_number_reward,
+        lambda problem: tagged_completion(f"{problem.question}={problem.answer}", problem.answer),
     ),
 }
+SHOT_SPLIT = "dev"  # solved examples come from dev: never trained on, never in the held-out test split
 
 
 def _draws(key: str) -> Iterator[int]:
@@ -168,8 +174,22 @@ class ArithmeticTask:
         numbers, operations = self._draw(split, index)
         return Problem(self.name, split, index, expression(numbers, operations), str(evaluate(numbers, operations)))
 
+    @property
+    def answer_format(self) -> str:
+        return self.settings.format
+
+    @property
+    def shot_split(self) -> str:
+        return SHOT_SPLIT
+
     def prompt(self, problem: Problem) -> str:
+        return self.prompt_parts(problem).text
+
+    def prompt_parts(self, problem: Problem) -> PromptParts:
         return FORMATS[self.settings.format].prompt(problem.question)
+
+    def solved(self, problem: Problem) -> str:
+        return FORMATS[self.settings.format].solved(problem)
 
     def skill(self, problem: Problem) -> str | None:
         """"carry" or "no-carry" for a problem that only adds; None for any other (see the module docstring)."""

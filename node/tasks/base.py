@@ -16,6 +16,25 @@ class Problem:
     index: int
     question: str  # the problem text, without the format instruction (see Task.prompt)
     answer: str  # the gold answer string the reward compares against
+    solution: str = ""  # a worked solution, where the data set has one (few-shot examples show it)
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    """A problem's prompt in parts, so that solved examples can go before it (``prompts.Prompter``).
+
+    ``text`` is the one-turn prompt (``Task.prompt``): the instruction, a blank line, the question. A prompt with
+    solved examples says the instruction once, then each example's question, ``lead``, solved completion and
+    ``gap``."""
+
+    instruction: str  # how to answer, said once before the first question ("" when the format needs none)
+    question: str  # this problem as it is asked
+    lead: str  # what separates a question from its answer in a raw prompt with examples ("\n", or "" for "12+34=")
+    gap: str = "\n\n"  # what follows an example's answer there: a blank line, or a newline after a one-line answer
+
+    @property
+    def text(self) -> str:
+        return f"{self.instruction}\n\n{self.question}" if self.instruction else self.question
 
 
 @runtime_checkable
@@ -42,8 +61,27 @@ class Task(Protocol):
         """Number of problems in ``split``, or None when the split is unbounded (synthetic tasks)."""
         ...
 
+    @property
+    def answer_format(self) -> str:
+        """The name of the answer format the reward checks ("tags", "plain"): evaluations report it."""
+        ...
+
+    @property
+    def shot_split(self) -> str | None:
+        """The split solved examples (few-shot) are taken from, or None when the task has none to spare."""
+        ...
+
     def prompt(self, problem: Problem) -> str:
-        """The raw text the model is conditioned on (a chat template, if any, is the model loader's concern)."""
+        """The one-turn text of the problem's prompt: ``prompt_parts(problem).text``."""
+        ...
+
+    def prompt_parts(self, problem: Problem) -> PromptParts:
+        """The prompt's instruction and question (``prompts.Prompter`` renders them, raw or in a chat template)."""
+        ...
+
+    def solved(self, problem: Problem) -> str:
+        """The completion a perfect model writes for ``problem``, in the answer format (its reward is 1): the
+        answers of few-shot examples and of the warm-up's demonstrations."""
         ...
 
     def parse_answer(self, completion_text: str) -> str | None:

@@ -19,6 +19,12 @@ from ftis.node.tasks.sources import HubDataset, SplitTable, TaggedTableTask
 GSM8K_HUB = HubDataset(path="openai/gsm8k", config="main", splits=("train", "test"))
 ANSWER_HINT = "a single number, without units"
 _GOLD = re.compile(r"-?\d+(?:\.\d+)?")
+_CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations: "48/2=<<48/2=24>>24"
+
+
+def worked_solution(solution: str) -> str:
+    """The reasoning of a GSM8K solution: before its ``####`` line, without the calculator annotations."""
+    return _CALCULATOR.sub("", solution.rsplit("####", 1)[0]).strip()
 
 
 def gold_number(solution: str) -> str:
@@ -44,4 +50,5 @@ class GSM8KTask(TaggedTableTask):
         return tagged_number_reward(completion_text, gold)
 
     def _to_problem(self, row: dict, split: str, index: int) -> Problem:
-        return Problem(self.name, split, index, row["question"], gold_number(row["answer"]))
+        return Problem(self.name, split, index, row["question"], gold_number(row["answer"]),
+                       worked_solution(row["answer"]))

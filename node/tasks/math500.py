@@ -1,7 +1,9 @@
 """MATH-500 (the paper's out-of-distribution evaluation): competition problems with LaTeX answers.
 
 Rows come from ``datasets.load_dataset("HuggingFaceH4/MATH-500", split="test")`` or a local JSONL file
-with the fields ``problem`` and ``answer`` (the gold, LaTeX without delimiters, e.g. ``\\frac{14}{3}``).
+with the fields ``problem`` and ``answer`` (the gold, LaTeX without delimiters, e.g. ``\\frac{14}{3}``), and
+``solution`` where the file has it (few-shot examples show it; MATH-500 has no train split of its own, so solved
+examples need a local "train" file).
 
 Reward (binary): the completion follows the tag format (``tags.py``) and ``math_verify`` finds its
 answer equivalent to the gold (``\\frac{1}{2}``, ``0.5``, ``\\dfrac12``, ``\\boxed{1/2}`` all match 1/2).
@@ -85,4 +87,6 @@ class Math500Task(TaggedTableTask):
         return 1.0 if answer is not None and equivalent(gold, answer, self.timeout_seconds) else 0.0
 
     def _to_problem(self, row: dict, split: str, index: int) -> Problem:
-        return Problem(self.name, split, index, row["problem"], row["answer"].strip())
+        solution = row.get("solution")
+        return Problem(self.name, split, index, row["problem"], row["answer"].strip(),
+                       solution.strip() if isinstance(solution, str) else "")

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftis.node.tasks.base import Problem, TaskDataError, UnknownSplitError, check_index
-from ftis.node.tasks.tags import tag_prompt, tagged_answer
+from ftis.node.tasks.base import Problem, PromptParts, TaskDataError, UnknownSplitError, check_index
+from ftis.node.tasks.tags import tag_parts, tagged_answer, tagged_completion
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,23 @@ class SplitTable:
 
 class TaggedTableTask:
     """What GSM8K and MATH-500 share: problems from a ``SplitTable`` and the tag-format prompt and
-    answer. A subclass sets ``name``, ``answer_hint``, builds ``self._table`` and scores answers."""
+    answer. A subclass sets ``name``, ``answer_hint``, builds ``self._table`` and scores answers.
+
+    Solved examples (few-shot) come from the "train" split, when the task has one: the worked solution inside the
+    think tags, the gold answer inside the answer tags."""
 
     name: str
     answer_hint: str
+    answer_format = "tags"
     _table: SplitTable
 
     @property
     def splits(self) -> tuple[str, ...]:
         return self._table.splits
+
+    @property
+    def shot_split(self) -> str | None:
+        return "train" if "train" in self.splits else None
 
     def problem(self, split: str, index: int) -> Problem:
         return self._table.problem(split, index)
@@ -125,7 +133,13 @@ class TaggedTableTask:
         return len(self._table.problems(split))
 
     def prompt(self, problem: Problem) -> str:
-        return tag_prompt(problem.question, self.answer_hint)
+        return self.prompt_parts(problem).text
+
+    def prompt_parts(self, problem: Problem) -> PromptParts:
+        return tag_parts(problem.question, self.answer_hint)
+
+    def solved(self, problem: Problem) -> str:
+        return tagged_completion(problem.solution or problem.answer, problem.answer)
 
     def parse_answer(self, completion_text: str) -> str | None:
         return tagged_answer(completion_text)

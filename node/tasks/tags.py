@@ -9,25 +9,32 @@ between ``</think>`` and ``<answer>``, and after ``</answer>``.
 
 import re
 
+from ftis.node.tasks.base import PromptParts
+
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 _TAGGED = re.compile(r"\s*<think>.*?</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
 
 
 def tag_prompt(question: str, answer_hint: str) -> str:
-    """The instruction plus the question: the raw text of the user's turn.
+    """The instruction plus the question: the raw text of the user's turn (``tag_parts(...).text``)."""
+    return tag_parts(question, answer_hint).text
+
+
+def tag_parts(question: str, answer_hint: str) -> PromptParts:
+    """The instruction and the question.
 
     ``answer_hint`` says what goes inside the answer tags ("a single number, without units").
     The prompt does not end with ``<think>``: the completion must open the think block itself.
     """
-    return (
+    instruction = (
         "Solve the following problem. First think it through step by step inside <think> </think> tags, "
         "then write only the final answer inside <answer> </answer> tags, and stop. Use this format:\n"
         "<think> your reasoning </think>\n"
         "<answer> the final answer </answer>\n"
-        f"The final answer is {answer_hint}.\n\n"
-        f"Problem: {question.strip()}"
+        f"The final answer is {answer_hint}."
     )
+    return PromptParts(instruction, f"Problem: {question.strip()}", "\n")
 
 
 def tagged_answer(completion_text: str) -> str | None:

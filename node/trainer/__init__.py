@@ -2,7 +2,8 @@
 
 Files:
 - ``groups.py``    ``TrainingGroup``: completions with this node's rewards and the filter flag; advantage groups.
-- ``packing.py``   groups -> right-padded tensors, and micro-batches of whole advantage groups.
+- ``packing.py``   groups -> tensors (each distinct prompt once, completions in length buckets), and micro-batches
+                   of whole advantage groups.
 - ``wire_groups.py`` a wire batch's groups -> training groups with this node's rewards (decode, gold answer, task).
 - ``peer_selection.py`` ``select_peer_groups``: the peers' groups (``DatedGroup``) a step trains on, fair across peers.
 - ``advantage_groups.py`` ``merge_shared``: nodes' groups for one shared prompt become one advantage group.

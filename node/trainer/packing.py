@@ -1,14 +1,25 @@
-"""Groups -> the padded tensors one forward pass and the loss need.
+"""Groups -> the padded tensors one micro-batch's forward pass and the loss need, in two layouts.
 
-Each completion becomes one right-padded row ``prompt ids + completion ids + padding``. The logit
-at position ``p + j − 1`` predicts completion token ``j`` (``p`` = prompt length), so
-``target_index[i, j]`` says where to read token ``j``'s log-prob in row ``i``. ``group_index`` numbers
-the advantage groups: one per group, except that groups sharing an ``advantage_key`` (horizontal mode)
-share a number, and micro-batches keep them together.
+Rows: each completion is one right-padded row ``prompt ids + completion ids + padding``. The logit at
+position ``p + j − 1`` predicts completion token ``j`` (``p`` = prompt length), so ``target_index[i, j]``
+says where to read token ``j``'s log-prob in row ``i``. Every model runs this layout; it computes a group's
+prompt once per completion.
 
-A micro-batch is trained per token or per sequence (``TrainingGroup.per_sequence``), never both: an advantage
-group holding a group of another tokenizer is trained per sequence whole (its groups in this node's tokens with
-their sampler log-probs summed), so its advantages stay over all of its completions.
+Shared prompts: the micro-batch's distinct prompts once (``prompt_ids``, left-padded, so that each prompt's
+last token sits in the last column and the completions continue it), and each row's completion alone
+(``completion_ids``), which names its prompt by ``prompt_index``. ``logprobs.py`` prefills the prompts into a
+KV cache and runs the completions on it: with a few-shot prompt of a few hundred tokens and completions of a
+few dozen, the rows layout spends most of its work and activation memory on G copies of the prompt. The
+completions run in ``buckets`` of rows of similar length (``length_buckets``), each padded only to its own
+longest: sampled lengths spread widely (a few run to ``max_new_tokens``, most stop early), and one pass padded
+to the longest would compute mostly padding. ``micro_batches`` counts a micro-batch's tokens in the layout the
+trainer runs (``padded_tokens``).
+
+``group_index`` numbers the advantage groups: one per group, except that groups sharing an ``advantage_key``
+(horizontal mode) share a number, and micro-batches keep them together. A micro-batch is trained per token or
+per sequence (``TrainingGroup.per_sequence``), never both: an advantage group holding a group of another tokenizer
+is trained per sequence whole (its groups in this node's tokens with their sampler log-probs summed), so its
+advantages stay over all of its completions.
 """
 
 from dataclasses import dataclass
@@ -22,9 +33,16 @@ from ftis.node.trainer.groups import TrainingGroup, advantage_groups, advantage_
 
 @dataclass(frozen=True)
 class PackedBatch:
+    # rows layout
     input_ids: Tensor  # (B, L) int64, right-padded
     attention_mask: Tensor  # (B, L) int64
     target_index: Tensor  # (B, T) int64, logit position of completion token j (0 on padding)
+    # shared-prompts layout
+    prompt_ids: Tensor  # (Q, P) int64, the distinct prompts, left-padded
+    prompt_mask: Tensor  # (Q, P) int64
+    prompt_index: Tensor  # (B,) int64, each row's prompt (0..Q-1)
+    buckets: tuple[Tensor, ...]  # row indices (int64) of each completion pass, longest completions first
+    # both
     completion_ids: Tensor  # (B, T) int64
     loss_mask: Tensor  # (B, T) bool
     sampler_logprobs: Tensor  # (B, T) float32
@@ -62,10 +80,17 @@ def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
         target_index[i, :t] = np.arange(p - 1, p + t - 1)
         loss_mask[i, :t] = True
         sampler[i, :t] = logprobs
+    prompts, prompt_index = _distinct_prompts(groups)
+    prompt_ids, prompt_mask = left_padded(prompts, pad_id)
     return PackedBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention),
         target_index=torch.from_numpy(target_index),
+        prompt_ids=torch.from_numpy(prompt_ids),
+        prompt_mask=torch.from_numpy(prompt_mask),
+        prompt_index=torch.tensor([prompt_index[k] for k, group in enumerate(groups) for _ in range(group.size)],
+                                  dtype=torch.int64),
+        buckets=tuple(torch.tensor(rows, dtype=torch.int64) for rows in length_buckets(lengths)),
         completion_ids=torch.from_numpy(completion_ids),
         loss_mask=torch.from_numpy(loss_mask),
         sampler_logprobs=torch.from_numpy(sampler),
@@ -83,17 +108,42 @@ def _spans(lengths: np.ndarray) -> list[tuple[int, int]]:
     return [(end - int(length), int(length)) for end, length in zip(ends, lengths.tolist(), strict=True)]
 
 
+def _distinct_prompts(groups: list[TrainingGroup]) -> tuple[list[np.ndarray], list[int]]:
+    """The groups' prompts, each once (horizontal mode's groups of one advantage group share theirs), and each
+    group's number among them."""
+    numbers: dict[bytes, int] = {}
+    prompts: list[np.ndarray] = []
+    for group in groups:
+        key = np.asarray(group.prompt_ids, np.int64).tobytes()
+        if key not in numbers:
+            numbers[key] = len(prompts)
+            prompts.append(np.asarray(group.prompt_ids, np.int64))
+    return prompts, [numbers[np.asarray(group.prompt_ids, np.int64).tobytes()] for group in groups]
+
+
+def left_padded(prompts: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, attention mask), both (P, width) int64, padding on the left (as the generator pads its prompts)."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad_id, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for k, prompt in enumerate(prompts):
+        ids[k, width - len(prompt) :] = prompt
+        mask[k, width - len(prompt) :] = 1
+    return ids, mask
+
+
 @dataclass(frozen=True)
 class MicroBatch:
     groups: list[TrainingGroup]
     per_sequence: bool  # trained with the per-sequence loss (another tokenizer's group is in each advantage group)
 
 
-def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[MicroBatch]:
+def micro_batches(groups: list[TrainingGroup], max_tokens: int, shared_prompts: bool = True) -> list[MicroBatch]:
     """Runs of whole advantage groups (advantages are per advantage group: the groups sharing an
     ``advantage_key`` go together, in order of first appearance) of at most ``max_tokens`` padded tokens
-    each; an advantage group larger than that forms a micro-batch alone. The advantage groups trained per token
-    come first, then those trained per sequence."""
+    each (``padded_tokens``, in the layout named by ``shared_prompts``); an advantage group larger than that
+    forms a micro-batch alone. The advantage groups trained per token come first, then those trained per
+    sequence."""
     gathered = advantage_groups(groups)
     batches: list[MicroBatch] = []
     for per_sequence in (False, True):
@@ -101,7 +151,7 @@ def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[MicroBat
         for together in gathered:
             if any(group.per_sequence for group in together) != per_sequence:
                 continue
-            if current and _padded_tokens([*current, *together]) > max_tokens:
+            if current and padded_tokens([*current, *together], shared_prompts) > max_tokens:
                 batches.append(MicroBatch(current, per_sequence))
                 current = []
             current.extend(together)
@@ -110,7 +160,25 @@ def micro_batches(groups: list[TrainingGroup], max_tokens: int) -> list[MicroBat
     return batches
 
 
-def _padded_tokens(groups: list[TrainingGroup]) -> int:
+def padded_tokens(groups: list[TrainingGroup], shared_prompts: bool = True) -> int:
+    """Tokens one forward pass over ``groups`` computes, padding included: rows × (prompt + completion) in the
+    rows layout; with shared prompts, the distinct prompts once plus each bucket's rows × its longest completion."""
     rows = sum(group.size for group in groups)
-    width = max(len(g.prompt_ids) + int(g.completions.lengths.max()) for g in groups)
-    return rows * width
+    if not shared_prompts:
+        return rows * max(len(g.prompt_ids) + int(g.completions.lengths.max(initial=0)) for g in groups)
+    prompts, _ = _distinct_prompts(groups)
+    lengths = np.concatenate([g.completions.lengths for g in groups]).tolist()
+    return len(prompts) * max(len(p) for p in prompts) + sum(
+        len(rows) * lengths[rows[0]] for rows in length_buckets(lengths))
+
+
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """Rows (indices into ``lengths``) in runs of similar length, longest first: a run ends before a row shorter
+    than half its longest, so a run's padding is under half its tokens, and there are at most
+    log2(longest) + 2 runs."""
+    buckets: list[list[int]] = []
+    for row in sorted(range(len(lengths)), key=lambda r: (-lengths[r], r)):
+        if not buckets or 2 * lengths[row] < lengths[buckets[-1][0]]:
+            buckets.append([])
+        buckets[-1].append(row)
+    return buckets

@@ -8,7 +8,11 @@ mean nothing to this node, so the group is rebuilt from what both sides share.
   follows a prompt (``Retokenizer.tokens``), plus this
   node's end token where the generator stopped on its own (finish "stop"): the generator's log-prob includes the
   end it sampled, so π_θ(y) includes this node's. In the chat template the end of an assistant turn
-  (``<|im_end|>`` for Qwen2, ``<|end|>`` for Phi-3), else the end-of-sequence token.
+  (``<|im_end|>`` for Qwen2, ``<|end|>`` for Phi-3), else the end-of-sequence token. Not where the text holds one
+  of this node's own stop strings (``[generation] stop``): this node's completions end there without an end token
+  (a base model that never writes one would find it nearly impossible, and filter every such completion), so the
+  text is cut after the first one, as this node's own completion would be ("27\n\n" is "27\n" to a node that
+  stops at "\n"; its reward is the whole text's).
 - The generator's log π_gen(y): its sampler log-probs summed over its own tokens (``TrainingGroup.sampler_sums``
   of the wire group), one number per completion, which the per-sequence loss compares with this node's.
 
@@ -20,13 +24,14 @@ peer cannot make this node tokenize more than that many characters, or train on 
 completion.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ftis.node.tasks import Problem, Task
-from ftis.node.tasks.prompts import prompt_ids
+from ftis.node.tasks.prompts import Prompter, uses_bos
 from ftis.protocol.schema import CompletionColumns, Group
 
 if TYPE_CHECKING:
@@ -52,13 +57,21 @@ class Retokenizer:
     chat: bool  # prompts wrapped in the chat template, as this node's own are
     max_tokens: int  # this node's tokens one completion may have
     end_id: int | None  # appended to a completion that stopped: the end of a turn (chat) or of the sequence
+    prompter: Prompter | None = None  # how this node renders its own prompts (None: one-turn prompts)
+    stop: tuple[str, ...] = ()  # this node's stop strings: a text holding one already ends as this node's would
 
     @classmethod
-    def for_node(cls, tokenizer: "PreTrainedTokenizerBase", chat: bool, max_new_tokens: int) -> "Retokenizer":
-        return cls(tokenizer, chat, RETOKENIZED_PER_TOKEN * max_new_tokens, end_of_turn(tokenizer, chat))
+    def for_node(cls, tokenizer: "PreTrainedTokenizerBase", chat: bool, max_new_tokens: int,
+                 prompter: Prompter | None = None, stop: Sequence[str] = ()) -> "Retokenizer":
+        return cls(tokenizer, chat, RETOKENIZED_PER_TOKEN * max_new_tokens, end_of_turn(tokenizer, chat), prompter,
+                   tuple(stop))
 
     def prompt(self, task: Task, problem: Problem) -> np.ndarray:
-        return prompt_ids(self.tokenizer, task.prompt(problem), chat=self.chat)
+        """``problem``'s prompt as this node renders its own (its ``prompter`` when it is ``task``'s)."""
+        prompter = self.prompter
+        if prompter is None or prompter.task is not task:
+            prompter = Prompter(self.tokenizer, task, self.chat, uses_bos(self.tokenizer, "auto"))
+        return prompter.ids(problem)
 
     def completions(self, group: Group, rewards: np.ndarray) -> CompletionColumns | None:
         """The group's completions as this node's tokens of their texts, with ``rewards``; None when a completion
@@ -70,8 +83,9 @@ class Retokenizer:
             return None
         rows = []
         for text, finish in zip(texts, columns.finish_reasons, strict=True):
+            text, own_stop = self.until_stop(text)
             tokens = self.tokens(text)
-            row = [*tokens, self.end_id] if finish == "stop" and self.end_id is not None else tokens
+            row = [*tokens, self.end_id] if finish == "stop" and self.end_id is not None and not own_stop else tokens
             if not 1 <= len(row) <= self.max_tokens:
                 return None
             rows.append(row)
@@ -86,6 +100,12 @@ class Retokenizer:
             texts=texts,
         )
 
+
+    def until_stop(self, text: str) -> tuple[str, bool]:
+        """``text`` up to the end of the first of this node's stop strings in it (this node's own completion would
+        end there: "27\n\n" is "27\n" to a node that stops at "\n"), and whether it holds one."""
+        ends = [text.index(end) + len(end) for end in self.stop if end in text]
+        return (text[: min(ends)], True) if ends else (text, False)
 
     def tokens(self, text: str) -> list[int]:
         """``text`` in this node's tokens as they follow a prompt: tokenized after a newline, whose own ids are then

@@ -1,7 +1,9 @@
 """One optimizer step on a round's groups: the node's own fresh groups plus its peers'.
 
 For each micro-batch of whole groups: one forward pass gives ``logprobs`` (with gradient) at the
-samplers' temperatures; ``old_logprobs`` are the same values detached — the node takes exactly one
+samplers' temperatures (each distinct prompt computed once, logits only where a completion token is predicted:
+``logprobs.py``; ``[trainer] max_tokens_per_microbatch`` bounds its tokens, ``packing.py`` counts them);
+``old_logprobs`` are the same values detached — the node takes exactly one
 optimizer step per round, so π_θold is the model before this step, which is the model of this
 forward pass. The chosen loss variant's value is weighted by the micro-batch's share of the
 completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
@@ -26,7 +28,7 @@ import torch
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, SequenceLossInputs, compute_loss
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
-from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.logprobs import completion_logprobs, shares_prompts
 from ftis.node.trainer.packing import PackedBatch, micro_batches, pack
 from ftis.node.trainer.step_metrics import LossSums, StepMetrics
 
@@ -41,6 +43,11 @@ class Trainer:
         self._lr = config.lr_for(adapter)
         self.optimizer = torch.optim.AdamW(self.parameters, lr=self._lr, weight_decay=config.weight_decay)
         self.policy_version = policy_version
+        if config.gradient_checkpointing:
+            _checkpoint_activations(model)
+        # Each distinct prompt of a micro-batch computed once, where the model allows it; not under gradient
+        # checkpointing, whose checkpointed layers drop the KV cache the completions read their prompt from.
+        self._shared_prompts = shares_prompts(model) and not config.gradient_checkpointing
         # Optimizer steps begun in this process, counted *before* each one starts: a checkpoint compares
         # it with its snapshot to know the weights were not touched since (a signal can land mid-step).
         self.steps_started = 0
@@ -98,9 +105,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = sum(group.size for group in groups)
         sums = LossSums()
-        for micro in micro_batches(groups, self._config.max_tokens_per_microbatch):
+        for micro in micro_batches(groups, self._config.max_tokens_per_microbatch, self._shared_prompts):
             packed = pack(micro.groups, self._pad_id)
-            logprobs = completion_logprobs(self.model, packed)
+            logprobs = completion_logprobs(self.model, packed, self._shared_prompts)
             out = compute_loss(self._loss.variant, _loss_inputs(packed, logprobs, micro.per_sequence), params)
             share = float(out.metrics.num_sequences) / total
             (out.loss * share).backward()
@@ -123,6 +130,18 @@ class Trainer:
             if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
                 culprits.append(peer)
         return culprits
+
+
+def _checkpoint_activations(model: Any) -> None:
+    """transformers' per-layer activation checkpointing, non-reentrant (a LoRA model's frozen embeddings then need
+    no input gradient); it acts in training mode only, so generation is untouched."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError("gradient_checkpointing = true needs a transformers model")
 
 
 def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool) -> LossInputs | SequenceLossInputs:

@@ -11,7 +11,7 @@ an id this model has no embedding for is unusable here (it would fail the forwar
 
 A group that names one of this node's own problems is trained on with this node's gold answer, so its
 prompt must be that problem's: its ``prompt_ids`` must equal a rendering this node makes of the problem
-(``prompts.renderings``), else the group is unusable and counted as ``mismatched`` (the caller charges the
+(``Prompter.renderings``), else the group is unusable and counted as ``mismatched`` (the caller charges the
 peer: a peer that put another prompt in front of a problem would make this node learn the problem's answer
 for a question it never asked). It must also name the split this node trains on (``split``): a reference
 into the held-out split would train the node on its own evaluation set. A group of another tokenizer must name
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ftis.node.tasks import Problem, Task, resolve_gold
-from ftis.node.tasks.prompts import renderings
+from ftis.node.tasks.prompts import Prompter
 from ftis.node.trainer.groups import TrainingGroup, sampler_sums
 from ftis.node.trainer.text_groups import Retokenizer
 from ftis.protocol import Group, RolloutBatch
@@ -48,17 +48,19 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
                 off_policy: bool, vocab_size: int | None = None,
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None,
                 fingerprint: str | None = None, retokenizer: Retokenizer | None = None,
-                per_sequence: bool = False) -> Scored:
+                per_sequence: bool = False, prompter: Prompter | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
     node's tokenizer's; a batch of another is rebuilt by ``retokenizer`` (None: such a batch is unusable), and
     None takes every batch as this node's tokenizer's. ``per_sequence``: groups of this node's tokenizer are trained
-    per sequence too (``[loss] same_tokenizer_weights``, an ablation)."""
+    per sequence too (``[loss] same_tokenizer_weights``, an ablation). ``prompter``: how this node renders its
+    prompts, whose ``renderings`` a group's prompt must be one of (None: one-turn prompts, raw or in the template)."""
     if fingerprint is not None and batch.tokenizer.fingerprint != fingerprint:
         return _score_other_tokenizer(batch, task, trust_peer_answers, off_policy, split, retokenizer)
     groups, rewards, unusable, mismatched = [], [], 0, 0
     limit = _id_limit(batch, vocab_size)
+    prompter = prompter if prompter is not None and prompter.task is task else Prompter.build(tokenizer, task)
     for g, group in enumerate(batch.groups):
         if limit is not None and not _within_vocabulary(group, limit):
             unusable += 1
@@ -72,7 +74,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
         if gold is None:
             unusable += 1
             continue
-        if resolved.problem is not None and not _prompt_of(group, resolved.problem, task, tokenizer):
+        if resolved.problem is not None and not _prompt_of(group, resolved.problem, prompter):
             unusable += 1
             mismatched += 1
             continue
@@ -116,9 +118,9 @@ def _score_other_tokenizer(batch: RolloutBatch, task: Task, trust_peer_answers: 
     return Scored(groups, unusable, rewards, per_sequence=True)
 
 
-def _prompt_of(group: Group, problem: Problem, task: Task, tokenizer: "PreTrainedTokenizerBase") -> bool:
+def _prompt_of(group: Group, problem: Problem, prompter: Prompter) -> bool:
     """Whether the group's prompt ids are a rendering of ``problem`` this node makes itself."""
-    return any(np.array_equal(group.prompt_ids, ids) for ids in renderings(tokenizer, task.prompt(problem)))
+    return any(np.array_equal(group.prompt_ids, ids) for ids in prompter.renderings(problem))
 
 
 def score_own_batch(batch: RolloutBatch, rewards: Sequence[Sequence[float]], *, off_policy: bool) -> Scored:

@@ -6,30 +6,23 @@ model would write for it, in the task's own answer format.
     example = encode_example(task, problem, tokenizer)
     batch = collate([example, ...], pad_id)   # ids, attention mask, loss mask
 
-The prompt is exactly what a node conditions on (``task.prompt``, no special tokens added), and the
-target is the demonstration followed by the end-of-sequence token, so the model learns to stop where a
+The prompt is exactly what a node conditions on (the one-turn raw prompt of ``prompts.Prompter``, with the
+begin-of-sequence token where the tokenizer adds one: none for the tiny models), and the target is the
+demonstration (``task.solved``) followed by the end-of-sequence token, so the model learns to stop where a
 node's generator stops. The task's reward gives every demonstration 1 (a test checks each format).
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ftis.node.tasks import ArithmeticTask, Problem
-from ftis.node.tasks.tags import tagged_completion
-
-# One demonstration per answer format of the arithmetic task (``arithmetic.FORMATS``; a test checks that
-# every format has one). The tags format "thinks" by writing the sum out, then answers.
-DEMONSTRATIONS: dict[str, Callable[[Problem], str]] = {
-    "plain": lambda problem: problem.answer,
-    "tags": lambda problem: tagged_completion(f"{problem.question}={problem.answer}", problem.answer),
-}
+from ftis.node.tasks.prompts import Prompter, uses_bos
 
 
 class WarmupDataError(ValueError):
-    """The task's answer format has no demonstration, or the tokenizer cannot encode the examples."""
+    """The tokenizer cannot encode the examples, or has no end-of-sequence token to end them with."""
 
 
 @dataclass(frozen=True)
@@ -47,14 +40,11 @@ class Batch:
 
 def demonstration(task: ArithmeticTask, problem: Problem) -> str:
     """The completion text a perfect model writes for ``problem`` in ``task``'s answer format."""
-    answer_format = task.settings.format
-    if answer_format not in DEMONSTRATIONS:
-        raise WarmupDataError(f"no warm-start demonstration for the answer format {answer_format!r}")
-    return DEMONSTRATIONS[answer_format](problem)
+    return task.solved(problem)
 
 
 def encode_example(task: ArithmeticTask, problem: Problem, tokenizer) -> Example:
-    prompt_ids = tokenizer(task.prompt(problem), add_special_tokens=False)["input_ids"]
+    prompt_ids = Prompter(tokenizer, task, chat=False, bos=uses_bos(tokenizer, "auto")).ids(problem).tolist()
     target_ids = tokenizer(demonstration(task, problem), add_special_tokens=False)["input_ids"]
     if tokenizer.eos_token_id is None:
         raise WarmupDataError("the tokenizer has no end-of-sequence token, so a target cannot say where to stop")

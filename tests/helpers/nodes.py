@@ -12,6 +12,7 @@ from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem
+from ftis.node.tasks.base import PromptParts
 
 LIMITS = InboxLimits(max_age_s=600, per_peer_quota=8, max_batches=64, max_bytes=10**8)
 
@@ -22,6 +23,8 @@ class DigitTask:
 
     name = "digits"
     splits = ("train",)
+    answer_format = "digit"
+    shot_split = "train"
 
     def problem(self, split: str, index: int) -> Problem:
         return Problem(self.name, split, index, f"say {index % 10}", str(index % 10))
@@ -30,7 +33,13 @@ class DigitTask:
         return None
 
     def prompt(self, problem: Problem) -> str:
-        return problem.question + ":"
+        return self.prompt_parts(problem).text
+
+    def prompt_parts(self, problem: Problem) -> PromptParts:
+        return PromptParts("", problem.question + ":", "")
+
+    def solved(self, problem: Problem) -> str:
+        return problem.answer
 
     def parse_answer(self, completion_text: str) -> str | None:
         return next((ch for ch in completion_text if ch.isdigit()), None)

@@ -12,7 +12,6 @@ and completions end at both stop tokens. (A random model on 151,936 tokens is ne
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from ftis.node.models import load_policy
 from ftis.node.models.stand_in import build_stand_in, real_tokenizer_folder
 from ftis.node.tasks import make_task
 from ftis.node.tasks.prompts import prompt_ids
+from helpers.real_models import found_or_skipped
 
 REQUIRE = "FTIS_REQUIRE_REAL_TOKENIZERS"
 RUN = "qwen2-real"
@@ -44,12 +44,7 @@ QUESTIONS = [  # GSM8K-like word problems whose answer is one of DIGITS
 def real_tokenizer(name: str) -> Path:
     """The folder of the real tokenizer ``name``; skips the test (fails under FTIS_REQUIRE_REAL_TOKENIZERS=1)
     when ``bash .ci/tokenizers`` has not been run."""
-    try:
-        return real_tokenizer_folder(name)
-    except FileNotFoundError as missing:
-        if os.environ.get(REQUIRE) == "1":
-            pytest.fail(f"{missing} ({REQUIRE}=1)")
-        pytest.skip(str(missing))
+    return found_or_skipped(real_tokenizer_folder, name, REQUIRE)
 
 
 def write_gsm8k(path: Path) -> Path:
