@@ -19,9 +19,10 @@ from ftis.node.config import (
 )
 from ftis.node.loss import LOSS_VARIANTS, LossParams
 
-# examples/demo-*.toml are settings of `ftis-node demo`, parsed in test_demo_settings.py.
+# examples/demo-*.toml are settings of `ftis-node demo`, parsed in test_demo_settings.py; examples/experiment-*.toml
+# grids of `ftis-node experiment`, parsed in test_experiment_grid.py.
 EXAMPLES = sorted(path for path in (Path(__file__).resolve().parent.parent / "examples").glob("*.toml")
-                  if not path.name.startswith("demo-"))
+                  if not path.name.startswith(("demo-", "experiment-")))
 
 
 def test_there_are_examples():

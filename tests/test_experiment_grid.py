@@ -7,7 +7,7 @@ import pytest
 from helpers.experiment_grids import QUICK
 
 from ftis.node.config import ModelConfig
-from ftis.node.experiment.grid import GridError, ModelSpec, load_grid
+from ftis.node.experiment.grid import TINY_MODEL_NAMES, GridError, ModelSpec, load_grid
 
 GRID = load_grid()
 
@@ -92,7 +92,7 @@ def test_a_minimal_grid_loads(tmp_path):
     (('reference = "alone"', 'reference = "together"'), "must name a solo condition"),
     (("together = {", 'side = { swarm = false, grouping = "horizontal" }\ntogether = {'), "horizontal grouping"),
     (("[models.m]", "[node.model]\nname = 'x'\n[models.m]"), "set by the experiment"),
-    (("warmup = { steps = 2 }", "warmup = { steps = 0 }"), "warmup.steps"),
+    (("warmup = { steps = 2 }", "warmup = { steps = 0 }"), "needs a warmup of at least 1 step"),
     (("rounds = 2", "rounds = 2\ncolour = 'red'"), "colour"),
     (("[conditions]", "[node.generation]\ngroup_size = 0\n[conditions]"), "generation.group_size"),
     (("[models.m]", "[models.'bad name']"), "must match"),
@@ -192,11 +192,45 @@ def test_a_subset_s_fingerprint_covers_its_models_only(tmp_path):
 
 
 def test_every_built_in_tiny_model_can_be_a_grid_model():
-    from typing import get_args
-
     from ftis.node.models import TINY_MODELS
 
-    assert set(get_args(ModelSpec.model_fields["name"].annotation)) == set(TINY_MODELS)
+    assert set(TINY_MODEL_NAMES) == set(TINY_MODELS)
+
+
+def test_a_tiny_model_needs_a_warm_up_and_a_pretrained_one_refuses_one(tmp_path):
+    with pytest.raises(GridError, match="needs a warmup"):
+        load_grid(write(tmp_path, MINIMAL.replace("warmup = { steps = 2 }\n", "")))
+    with pytest.raises(GridError, match="pretrained model"):
+        load_grid(write(tmp_path, MINIMAL.replace('name = "tiny-small"', 'name = "smollm2-135m-instruct"')))
+
+
+REAL_GRID = Path(__file__).parent.parent / "examples" / "experiment-real.toml"
+
+
+def test_the_real_model_grid_runs_the_demo_s_nodes_as_they_are():
+    grid = load_grid(REAL_GRID)
+    assert {label: (spec.name, spec.adapter, spec.warmup) for label, spec in grid.models.items()} == {
+        "smollm2": ("smollm2-135m-instruct", "full", None), "gemma": ("gemma-3-270m", "lora", None)}
+    assert set(grid.conditions) == {"solo", "solo-matched", "ftis", "nois"} and grid.seeds >= 3
+    assert grid.adjusted(quick=True).models == grid.models  # --quick has no warm-up to shorten
+    from ftis.node.config import NodeConfig
+    from ftis.node.demo.settings import load_demo_config
+
+    demo = load_demo_config(str(Path(__file__).parent.parent / "examples" / "demo-real.toml")).node_settings()
+    for label in grid.models:  # the demo's nodes: the same model, adapter, rate, task, prompts, sampling
+        config = grid.node_config(label, "ftis", 0, Path(grid.models[label].name))
+        expected = NodeConfig.model_validate(demo[label])
+        for key in ("name", "adapter", "lora_rank", "lora_alpha", "chat_template", "bos"):
+            assert getattr(config.model, key) == getattr(expected.model, key), key
+        assert config.trainer.learning_rate == expected.trainer.learning_rate
+        assert (config.task, config.generation, config.mix) == (expected.task, expected.generation, expected.mix)
+        assert config.loss.variant == "ftis"
+    assert grid.node_config("smollm2", "solo-matched", 0, Path("x")).generation.prompts_per_round == 16
+
+
+def test_node_model_settings_the_experiment_does_not_set_reach_every_node(tmp_path):
+    grid = load_grid(write(tmp_path, MINIMAL.replace("[models.m]", "[node.model]\nchat_template = 'off'\n[models.m]")))
+    assert grid.node_config("m", "alone", 0, Path("x")).model.chat_template == "off"
 
 
 def test_the_tokenizers_grid_pairs_small_with_a_bpe_peer_and_with_a_character_peer():

@@ -1,15 +1,18 @@
 """It still learns on a real model: SmolLM2-135M-Instruct (``bash .ci/models``), every weight trained, alone, through
 the node's own code (``build_node``, ``Node.run_round`` on an in-memory transport), as the real-model demo's
-``smollm2`` node is configured (``examples/demo-real.toml``: two-digit addition after 8 solved examples, plain
-answers, lr 1e-5).
+``smollm2`` node is configured (``examples/demo-real.toml``: addition of numbers up to 99 after 8 solved examples,
+plain answers, lr 1e-5), except that operands are drawn by length (one digit or two, equally likely) rather than
+by value: SmolLM2 then starts at ~14% greedy rather than ~3%, with rewards to learn from in its first rounds;
+drawn by value, its first rounds are mostly groups of all-wrong answers, and when it starts to learn is up to
+chance (docs/learning.md, "Real models").
 
 What is asserted, and why it can fail: the sampling accuracy (temperature 1, as the node samples) on a fixed set
 of 64 training problems × 8 samples, measured before and after 10 GRPO rounds with the same sampling seed, rises
 by at least 6 points. 512 samples give a standard error of ~2 points at these accuracies, so 6 points is three
-of them; measured (2026-12-03, 2-core development VM, ~100 s): 10 rounds take it from 13.9% to 39.8% (the solo
-run of docs/learning.md: greedy held-out accuracy 10.7% → 38.0% in 10 rounds). A change that stops learning (a sign flipped
-in the loss, advantages zeroed, the optimizer step skipped, prompts or log-probs that no longer match) leaves it
-within the noise and turns this red.
+of them; measured (2026-12-03, 2-core development VM, ~100 s): 10 rounds take it from 13.9% to 39.8% (a solo
+demo run in this regime: greedy held-out accuracy 10.7% → 38.0% in 10 rounds). A change that stops learning (a
+sign flipped in the loss, advantages zeroed, the optimizer step skipped, prompts or log-probs that no longer
+match) leaves it within the noise and turns this red.
 """
 
 import importlib
@@ -53,7 +56,8 @@ def test_grpo_raises_smollm2_sampling_accuracy_well_outside_the_noise(learning):
     from ftis.node.runner.join import build_node
 
     torch.set_num_threads(2)
-    config = learning.node_config(learning.REAL_NODE, 0, (), str(learning.REAL_DEMO))
+    config = learning.node_config(learning.REAL_NODE, 0, (("task.arithmetic.operand_draw", "length"),),
+                                  str(learning.REAL_DEMO))
     swarm = LockstepSwarm(1, config.swarm)
     node = build_node(config, transport_factory=lambda fingerprint: swarm.transport("smollm2", fingerprint))
     try:

@@ -15,7 +15,14 @@ from ftis.node.models import load_policy
 from ftis.node.trainer import logprobs
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs, output_layer, shares_prompts
-from ftis.node.trainer.packing import PackedBatch, length_buckets, pack, padded_tokens
+from ftis.node.trainer.packing import (
+    MIN_SHARED_PREFIX,
+    PackedBatch,
+    length_buckets,
+    pack,
+    padded_tokens,
+    shared_prefix,
+)
 from ftis.protocol.schema import CompletionColumns
 
 TEMPERATURES = (1.0, 0.7, 1.3)
@@ -33,10 +40,12 @@ def naive_logprobs(model: torch.nn.Module, packed: PackedBatch) -> torch.Tensor:
 
 
 def make_groups(vocab: int, prompt_lengths: list[int], *, seed: int = 0, max_length: int = 6,
-                shared_prompt: bool = False) -> list[TrainingGroup]:
+                shared_prompt: bool = False, prefix: int = 0) -> list[TrainingGroup]:
     """One group of 4 completions (1..max_length tokens, one of them empty) per prompt length, each at its own
-    temperature; ``shared_prompt``: every group gets the first group's prompt (horizontal mode)."""
+    temperature; ``shared_prompt``: every group gets the first group's prompt (horizontal mode); ``prefix``: every
+    prompt starts with the same ``prefix`` tokens (solved examples) before its own."""
     rng = np.random.default_rng(seed)
+    head = rng.integers(3, vocab, size=prefix)
     groups, first_prompt = [], None
     for k, length in enumerate(prompt_lengths):
         lengths = np.array([max_length, *rng.integers(1, max_length + 1, size=2), 0 if k == 0 else 1], np.int64)
@@ -44,7 +53,7 @@ def make_groups(vocab: int, prompt_lengths: list[int], *, seed: int = 0, max_len
             token_ids=rng.integers(3, vocab, size=int(lengths.sum())),
             sampler_logprobs=np.full(int(lengths.sum()), -1.0, np.float32), lengths=lengths,
             rewards=np.zeros(4), finish_reasons=("stop",) * 4)
-        prompt = rng.integers(3, vocab, size=length)
+        prompt = np.concatenate([head, rng.integers(3, vocab, size=length)])
         first_prompt = prompt if first_prompt is None else first_prompt
         groups.append(TrainingGroup(f"g{k}", "me", first_prompt if shared_prompt else prompt, columns,
                                     np.array([1.0, 0.0, 1.0, 0.0]), False, TEMPERATURES[k % len(TEMPERATURES)]))
@@ -250,3 +259,37 @@ def test_length_buckets_pad_each_run_to_its_own_longest():
     lengths = np.concatenate([g.completions.lengths for g in groups]).tolist()
     buckets = length_buckets(lengths)
     assert padded_tokens(groups) == 2 * 9 + sum(len(b) * lengths[b[0]] for b in buckets) < 8 * (9 + 6)
+
+
+def test_prompts_sharing_their_first_tokens_compute_them_once():
+    prompts = [np.arange(20), np.r_[np.arange(12), 50, 51], np.r_[np.arange(12), 60]]
+    assert shared_prefix(prompts) == 12  # where the second prompt departs from the first
+    assert shared_prefix([np.arange(20), np.arange(20)]) == 19  # each keeps a token that predicts its completion
+    assert shared_prefix([np.arange(20)]) == 0  # one prompt: nothing to share
+    assert shared_prefix([np.arange(20), np.r_[np.arange(MIN_SHARED_PREFIX - 1), 99]]) == 0  # too short to pay
+    groups = make_groups(64, [1, 5, 3], prefix=12)
+    packed = pack(groups)
+    assert packed.prompt_prefix == 12
+    lengths = np.concatenate([g.completions.lengths for g in groups]).tolist()
+    completions = sum(len(b) * lengths[b[0]] for b in length_buckets(lengths))
+    assert padded_tokens(groups) == 12 + 3 * 5 + completions  # the prefix once, then each prompt's own 1-5 tokens
+
+
+@pytest.mark.parametrize("adapter", ["full", "lora"])
+def test_a_shared_prefix_changes_no_log_prob_and_no_gradient(adapter):
+    policy = load_policy("tiny-small", adapter=adapter, lora_rank=4, lora_alpha=8)
+    model = perturb_lora(policy.model) if adapter == "lora" else policy.model
+    groups = make_groups(len(policy.tokenizer), [1, 5, 3, 2], prefix=12)
+    assert pack(groups).prompt_prefix == 12
+    check_against_naive(model, groups)
+    check_layouts_in_float64(model, groups)
+
+
+def test_a_sliding_window_sees_a_shared_prefix_only_where_it_reaches_everything():
+    wide = tiny_gemma3()
+    wide.config.sliding_window = 64  # past every sequence here: the prefix is shared
+    check_against_naive(wide, make_groups(64, [1, 5, 3], prefix=10))
+    check_layouts_in_float64(wide, make_groups(64, [1, 5, 3], prefix=10))
+    narrow = tiny_gemma3()  # a window of 4: each prompt whole, as the padding between would narrow the window
+    check_against_naive(narrow, make_groups(64, [1, 5, 3], prefix=10))
+    check_layouts_in_float64(narrow, make_groups(64, [1, 5, 3], prefix=10))

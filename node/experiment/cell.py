@@ -61,11 +61,13 @@ class CellExtras:
 def prepare_warm_starts(grid: Grid, echo: Echo | None = None) -> dict[str, Path]:
     """The warm start of every model some condition trains, trained now (all at once, a thread each) or
     found in the cache: {label: model folder}. Two models with one recipe share a folder (the cache's lock
-    makes one wait)."""
+    makes one wait). A pretrained model (no ``warmup``) starts as it is: its name."""
     used = {label for condition in grid.conditions for label in grid.condition_models(condition)}
-    labels = [label for label in grid.models if label in used]
+    labels = [label for label in grid.models if label in used and grid.models[label].warmup is not None]
     starts = in_parallel([lambda label=label: warm_start_of(grid, label, echo) for label in labels])
-    return dict(zip(labels, starts, strict=True))
+    pretrained = {label: Path(grid.models[label].name) for label in grid.models
+                  if label in used and grid.models[label].warmup is None}  # loaded as they are
+    return {**dict(zip(labels, starts, strict=True)), **pretrained}
 
 
 def warm_start_of(grid: Grid, label: str, echo: Echo | None = None) -> Path:
@@ -74,6 +76,8 @@ def warm_start_of(grid: Grid, label: str, echo: Echo | None = None) -> Path:
     from ftis.node.warmup import warm_start, warmup_spec
 
     spec = grid.models[label]
+    if spec.warmup is None:
+        raise ValueError(f"model {label!r} ({spec.name}) is pretrained: it has no warm start")
     condition = next(name for name in grid.conditions if label in grid.condition_models(name))
     task = grid.node_config(label, condition, 0, Path("model")).task
     model = ModelConfig(name=spec.name, seed=grid.warmup_seed_of(label), warmup=spec.warmup)
@@ -153,7 +157,7 @@ def _evaluate(grid: Grid, node: Node, records: bool) -> tuple[EvalResult, EvalRe
     from ftis.node.runner.evaluation import evaluate
 
     config = node.config
-    settings = {"limit": grid.eval_problems, "chat": node.chat,
+    settings = {"limit": grid.eval_problems, "prompter": node.prompter, "stop": node.stop,
                 "batch_size": config.eval.batch_size or config.generation.batch_size,
                 "max_new_tokens": config.eval.max_new_tokens or config.generation.max_new_tokens}
     return (evaluate(node.policy, node.task, grid.id_split, keep_records=records, **settings),

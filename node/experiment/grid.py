@@ -46,6 +46,9 @@ from ftis.node.config import (
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$"  # labels become file names and run ids
 SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's position
+# [model] settings each model's node gets from [models] and its seed (node_config); the rest of [node.model]
+# (chat_template, bos, dtype, ...) is every node's.
+EXPERIMENT_MODEL_KEYS = frozenset({"name", "adapter", "lora_rank", "lora_alpha", "seed", "warmup"})
 
 
 class GridError(ValueError):
@@ -55,18 +58,25 @@ class GridError(ValueError):
 _NODE_MODEL = ModelConfig.model_fields
 
 
-class ModelSpec(Section):
-    """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic. Its
-    adapter settings are the node's ``[model]`` fields (same defaults, constraints and descriptions)."""
+TINY_MODEL_NAMES = ("tiny-small", "tiny-medium", "tiny-large", "tiny-small-bpe")  # models/tiny.py's (a test checks)
 
-    name: Literal["tiny-small", "tiny-medium", "tiny-large", "tiny-small-bpe"] = Field(
-        description="The built-in tiny model (``tiny-small-bpe``: tiny-small on the BPE tokenizer).")
+
+class ModelSpec(Section):
+    """One model of the swarm (and of the solo runs): a built-in tiny model, warm-started on arithmetic, or a
+    pretrained model, which starts as it is. Its adapter settings are the node's ``[model]`` fields (same
+    defaults, constraints and descriptions)."""
+
+    name: str = Field(
+        min_length=1, description="A built-in tiny model (``tiny-small-bpe``: tiny-small on the BPE tokenizer), "
+        "warmed up first; or a pretrained one, as ``--model`` takes it (a real model's name, a folder, a .gguf "
+        "file, a hub id), without a warm-up.")
     adapter: Literal["full", "lora"] = _NODE_MODEL["adapter"]
     lora_rank: int = _NODE_MODEL["lora_rank"]
     lora_alpha: float = _NODE_MODEL["lora_alpha"]
     learning_rate: float = Field(gt=0, description="AdamW learning rate of its GRPO steps.")
-    warmup: WarmupConfig = Field(description="Its supervised warm start; ``arithmetic`` sets its data mix "
-                                 "(a specialist's differs from the generalist's).")
+    warmup: WarmupConfig | None = Field(
+        None, description="A tiny model's supervised warm start (required for one, refused for a pretrained "
+        "model); ``arithmetic`` sets its data mix (a specialist's differs from the generalist's).")
     warmup_seed: int | None = Field(
         None, description="Seeds its warm start (initial weights and training order) instead of the grid's "
         "``warmup_seed``: two models of one recipe become two independent models."
@@ -74,8 +84,12 @@ class ModelSpec(Section):
 
     @model_validator(mode="after")
     def _warmed(self) -> "ModelSpec":
-        if self.warmup.steps < 1:
-            raise ValueError("warmup.steps must be at least 1: a cold tiny model scores 0 and learns nothing")
+        if self.name in TINY_MODEL_NAMES:
+            if self.warmup is None or self.warmup.steps < 1:
+                raise ValueError(f"{self.name} needs a warmup of at least 1 step: a cold tiny model scores 0 and "
+                                 "learns nothing")
+        elif self.warmup is not None:
+            raise ValueError(f"{self.name} is a pretrained model: it starts as it is, without a warmup")
         return self
 
 
@@ -154,9 +168,12 @@ class Grid(Section):
         reference = self.conditions.get(self.reference)
         if reference is None or reference.swarm:
             raise ValueError(f"reference {self.reference!r} must name a solo condition (swarm = false)")
-        for key in ("model", "swarm"):
-            if key in self.node:
-                raise ValueError(f"[node.{key}] is set by the experiment itself: use [models] instead")
+        if "swarm" in self.node:
+            raise ValueError("[node.swarm] is set by the experiment itself")
+        taken = sorted(self.node.get("model", {}).keys() & EXPERIMENT_MODEL_KEYS)
+        if taken:
+            raise ValueError(f"[node.model] {', '.join(taken)}: set by the experiment itself, per model: use "
+                             "[models] instead")
         return self
 
     def adjusted(self, *, quick: bool = False, seeds: int | None = None, rounds: int | None = None,
@@ -176,7 +193,8 @@ class Grid(Section):
             q = self.quick
             data.update(seeds=q.seeds, rounds=q.rounds, eval_every=q.eval_every, eval_problems=q.eval_problems)
             for spec in data["models"].values():
-                spec["warmup"]["steps"] = q.warmup_steps
+                if spec["warmup"] is not None:
+                    spec["warmup"]["steps"] = q.warmup_steps
         data.update({key: value for key, value in (("seeds", seeds), ("rounds", rounds)) if value is not None})
         return _validate(data, "the adjusted grid")
 
@@ -226,6 +244,8 @@ class Grid(Section):
                 del spec["lora_rank"], spec["lora_alpha"]
             if spec["warmup_seed"] is None:  # the grid's, which is hashed already
                 del spec["warmup_seed"]
+            if spec["warmup"] is None:  # a pretrained model (tiny models always have one)
+                del spec["warmup"]
         decisive["condition"] = self.conditions[condition].model_dump(mode="json", exclude={"models"})
         chosen = self.condition_models(condition)
         if chosen != list(self.models):  # a subset: its models, and their places (which set their seeds)

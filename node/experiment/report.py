@@ -179,16 +179,19 @@ def _setup(grid: Grid, records: list[Record]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for label, spec in grid.models.items():
+        adapter = f"{spec.adapter}{f' (r {spec.lora_rank}, α {spec.lora_alpha:g})' if spec.adapter == 'lora' else ''}"
         w = spec.warmup
+        if w is None:
+            lines.append(f"| {label} | {spec.name} | {adapter} | {spec.learning_rate:g} | none: pretrained | — |")
+            continue
         mix = dict(w.arithmetic) or "the task's"
         if w.no_carry_share:
             mix = f"{mix}, {w.no_carry_share:.0%} redrawn without a carry"
         stop = f", stop at dev ≥ {w.stop_accuracy:.0%} (checked every {w.check_every})" if w.stop_accuracy else ""
         if spec.warmup_seed is not None:
             stop += f", seed {spec.warmup_seed}"
-        lines.append(f"| {label} | {spec.name} | {spec.adapter}"
-                     f"{f' (r {spec.lora_rank}, α {spec.lora_alpha:g})' if spec.adapter == 'lora' else ''} | "
-                     f"{spec.learning_rate:g} | ≤ {w.steps} steps, {w.schedule} lr {w.learning_rate:g}{stop} | {mix} |")
+        lines.append(f"| {label} | {spec.name} | {adapter} | {spec.learning_rate:g} | "
+                     f"≤ {w.steps} steps, {w.schedule} lr {w.learning_rate:g}{stop} | {mix} |")
     lines += ["", "| condition | models | trains | loss variant | grouping | node settings changed |",
               "|---|---|---|---|---|---|"]
     for name, cond in grid.conditions.items():

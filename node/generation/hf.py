@@ -40,9 +40,9 @@ from transformers import DynamicCache
 
 from ftis.node.generation.stops import StopStrings
 from ftis.node.generation.types import GeneratedCompletion, check_request, stop_token_ids
+from ftis.node.trainer.packing import shared_prefix
 from ftis.protocol import SamplingSettings
 
-MIN_SHARED_PREFIX = 8  # a shorter common prefix is not worth a prefill of its own
 # pick(logits (B, V) float32) -> (token ids (B,) int64, their log-probs under the drawing distribution (B,))
 Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
 
@@ -183,9 +183,9 @@ def _prefill(forward: _Forward, prompts: Sequence[np.ndarray], pad_token_id: int
     solved examples, shared by every problem) go through once, and the cache of that prefix is copied to every
     row; then each row's own tokens follow, left-padded after the prefix (padding is masked, and positions count
     real tokens only, so each row sees the positions it would alone)."""
-    shared = _shared_prefix(prompts) if len(prompts) > 1 else 0
+    shared = shared_prefix(prompts)
     cache = forward.new_cache()
-    if shared < MIN_SHARED_PREFIX:
+    if not shared:
         ids, mask = _left_pad(prompts, pad_token_id, device)  # (B, P)
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, P): 0 at each row's first real token
         return forward(ids, mask, positions, cache), mask, positions, cache
@@ -196,19 +196,6 @@ def _prefill(forward: _Forward, prompts: Sequence[np.ndarray], pad_token_id: int
     mask = torch.cat([tail_mask.new_ones((len(prompts), shared)), tail_mask], dim=-1)  # (B, S + T)
     positions = (mask.cumsum(dim=-1) - 1)[:, shared:]  # (B, T): the tails continue from position S
     return forward(tails, mask, positions, cache), mask, positions, cache
-
-
-def _shared_prefix(prompts: Sequence[np.ndarray]) -> int:
-    """How many first tokens all ``prompts`` share, leaving each at least one of its own (whose logits predict
-    the first completion token)."""
-    shortest = min(len(prompt) for prompt in prompts)
-    first = np.asarray(prompts[0][: shortest - 1])
-    shared = len(first)
-    for prompt in prompts[1:]:
-        differs = np.flatnonzero(np.asarray(prompt[:shared]) != first[:shared])
-        if differs.size:
-            shared = int(differs[0])
-    return shared
 
 
 def _stop_strings_ended(stop: StopStrings, tokens: Tensor, t: int, active: Tensor) -> Tensor:

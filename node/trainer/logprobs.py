@@ -15,7 +15,8 @@ The memory, which the vocabulary sets (a position's float32 logits are 0.2 MB fo
    logit − logsumexp" under ``torch.utils.checkpoint``: no chunk's logits outlive it, forward or backward
    (the backward pass recomputes them a chunk at a time, one more output-layer product per position). The
    temperature divides a chunk's logits in place, and the log-softmax is never materialised.
-3. Shared prompts (``packing.py``): the micro-batch's distinct prompts are prefilled once into a KV cache, its
+3. Shared prompts (``packing.py``): the micro-batch's distinct prompts are prefilled once into a KV cache (the
+   tokens they all start with, a task's instruction and solved examples, once for all of them: ``_prefill``), its
    rows are repeated for each prompt's completions, and the completions run on it, a bucket of rows of similar
    length at a time (each on its own shallow copy of the cache; transformers' layered caches, 4.56 on: an
    older cache runs every row in one pass); the gradient flows through the cached keys and values into the
@@ -163,11 +164,9 @@ def _row_states(head: OutputLayer, batch: PackedBatch, device: torch.device) -> 
 def _shared_prompt_states(head: OutputLayer, batch: PackedBatch, device: torch.device) -> Tensor:
     """(n, H) the same hidden states as ``_row_states``, each distinct prompt computed once (module docstring)."""
     assert head.cache_arg is not None
-    prompt_mask = batch.prompt_mask.to(device)  # (Q, P)
     cache = _new_cache(head.config)
-    positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)  # (Q, P): 0 at each prompt's first real token
-    prompts = head.decoder(input_ids=batch.prompt_ids.to(device), attention_mask=prompt_mask, position_ids=positions,
-                           use_cache=True, **{head.cache_arg: cache}).last_hidden_state  # (Q, P, H)
+    prompts, prompt_mask = _prefill(head, batch, device, cache)  # (Q, ·, H) and what the cache holds (Q, ·)
+    lengths = batch.prompt_mask.to(device).sum(dim=-1)  # (Q,) each prompt's real tokens
     mask = batch.loss_mask.to(device)  # (B, T)
     order = torch.full(mask.shape, -1, dtype=torch.int64, device=device)
     order[mask] = torch.arange(int(mask.sum()), device=device)  # each real token's place in the (n, H) result
@@ -182,7 +181,7 @@ def _shared_prompt_states(head: OutputLayer, batch: PackedBatch, device: torch.d
         if width > 1:  # the completion's tokens but its last predict the rest
             ids = batch.completion_ids.to(device)[rows, : width - 1]  # (b, w - 1)
             seen = torch.cat([prompt_mask[index], mask[rows, : width - 1].to(prompt_mask.dtype)], dim=-1)
-            positions = prompt_mask.sum(dim=-1)[index, None] + torch.arange(width - 1, device=device)  # (b, w - 1)
+            positions = lengths[index, None] + torch.arange(width - 1, device=device)  # (b, w - 1)
             completions = head.decoder(input_ids=ids, attention_mask=seen, position_ids=positions, use_cache=True,
                                        **{head.cache_arg: _rows_of(cache, index, len(buckets) > 1)}).last_hidden_state
             bucket = torch.cat([bucket, completions], dim=1)  # (b, w, H)
@@ -192,6 +191,41 @@ def _shared_prompt_states(head: OutputLayer, batch: PackedBatch, device: torch.d
     if not states:
         return prompts.new_zeros((0, prompts.shape[-1])) + prompts.sum() * 0  # nothing to predict, still a graph
     return torch.cat(states)[torch.argsort(torch.cat(places))]
+
+
+def _prefill(head: OutputLayer, batch: PackedBatch, device: torch.device, cache: Any) -> tuple[Tensor, Tensor]:
+    """The distinct prompts through the decoder into ``cache``: their hidden states (Q, ·, H), whose last column
+    is each prompt's last token, and the attention mask (Q, ·) of what the cache holds for each.
+
+    Prompts are left-padded, positions counted from each row's first real token. The tokens they all start with
+    (``batch.prompt_prefix``) go through once, and the cache of that prefix is repeated for every prompt; each
+    prompt's own tokens follow, left-padded after the prefix. The padding between is masked, which only a
+    sliding window would see (it counts cache slots, not positions): a model whose window is shorter than the
+    whole sequence prefills each prompt whole."""
+    assert head.cache_arg is not None
+    cached = {head.cache_arg: cache}
+    ids, mask = batch.prompt_ids.to(device), batch.prompt_mask.to(device)  # (Q, P)
+    shared = batch.prompt_prefix
+    window = getattr(head.config, "sliding_window", None)
+    if shared and window is not None and ids.shape[1] + batch.completion_ids.shape[1] > window:
+        shared = 0
+    if not shared:
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (Q, P): 0 at each prompt's first real token
+        return head.decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                            **cached).last_hidden_state, mask
+    lengths = mask.sum(dim=-1)  # (Q,)
+    prefix = ids[0, ids.shape[1] - int(lengths[0]) :][:shared][None]  # (1, S): prompt 0's first tokens
+    head.decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                 position_ids=torch.arange(shared, device=device)[None], use_cache=True, **cached)
+    cache.batch_repeat_interleave(ids.shape[0])
+    own = lengths - shared  # (Q,) each prompt's tokens after the prefix
+    width = int(own.max())
+    tails = ids[:, ids.shape[1] - width :]  # (Q, w): each row's own tokens right-aligned, some of its prefix before
+    tail_mask = (torch.arange(width, device=device)[None] >= (width - own)[:, None]).to(mask.dtype)  # (Q, w)
+    seen = torch.cat([tail_mask.new_ones((ids.shape[0], shared)), tail_mask], dim=-1)  # (Q, S + w)
+    positions = shared + (tail_mask.cumsum(dim=-1) - 1).clamp(min=0)  # (Q, w): continuing from position S
+    return head.decoder(input_ids=tails, attention_mask=seen, position_ids=positions, use_cache=True,
+                        **cached).last_hidden_state, seen
 
 
 def _rows_of(cache: Any, index: Tensor, keep: bool) -> Any:

@@ -12,8 +12,10 @@ KV cache and runs the completions on it: with a few-shot prompt of a few hundred
 few dozen, the rows layout spends most of its work and activation memory on G copies of the prompt. The
 completions run in ``buckets`` of rows of similar length (``length_buckets``), each padded only to its own
 longest: sampled lengths spread widely (a few run to ``max_new_tokens``, most stop early), and one pass padded
-to the longest would compute mostly padding. ``micro_batches`` counts a micro-batch's tokens in the layout the
-trainer runs (``padded_tokens``).
+to the longest would compute mostly padding. The tokens every distinct prompt starts with (an instruction and its
+solved examples, the same for every problem of a task) are counted once more: ``prompt_prefix`` of them
+(``shared_prefix``), which ``logprobs.py`` runs once for the whole micro-batch. ``micro_batches`` counts a
+micro-batch's tokens in the layout the trainer runs (``padded_tokens``).
 
 ``group_index`` numbers the advantage groups: one per group, except that groups sharing an ``advantage_key``
 (horizontal mode) share a number, and micro-batches keep them together. A micro-batch is trained per token or
@@ -22,6 +24,7 @@ is trained per sequence whole (its groups in this node's tokens with their sampl
 advantages stay over all of its completions.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +45,7 @@ class PackedBatch:
     prompt_mask: Tensor  # (Q, P) int64
     prompt_index: Tensor  # (B,) int64, each row's prompt (0..Q-1)
     buckets: tuple[Tensor, ...]  # row indices (int64) of each completion pass, longest completions first
+    prompt_prefix: int  # how many first tokens every distinct prompt shares (``shared_prefix``; 0: none worth it)
     # both
     completion_ids: Tensor  # (B, T) int64
     loss_mask: Tensor  # (B, T) bool
@@ -91,6 +95,7 @@ def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
         prompt_index=torch.tensor([prompt_index[k] for k, group in enumerate(groups) for _ in range(group.size)],
                                   dtype=torch.int64),
         buckets=tuple(torch.tensor(rows, dtype=torch.int64) for rows in length_buckets(lengths)),
+        prompt_prefix=shared_prefix(prompts),
         completion_ids=torch.from_numpy(completion_ids),
         loss_mask=torch.from_numpy(loss_mask),
         sampler_logprobs=torch.from_numpy(sampler),
@@ -119,6 +124,23 @@ def _distinct_prompts(groups: list[TrainingGroup]) -> tuple[list[np.ndarray], li
             numbers[key] = len(prompts)
             prompts.append(np.asarray(group.prompt_ids, np.int64))
     return prompts, [numbers[np.asarray(group.prompt_ids, np.int64).tobytes()] for group in groups]
+
+
+MIN_SHARED_PREFIX = 8  # a shorter common prefix is not worth a pass of its own
+
+
+def shared_prefix(prompts: Sequence[np.ndarray]) -> int:
+    """How many first tokens all ``prompts`` share, leaving each at least one of its own (whose last position
+    predicts its first completion token); 0 for fewer than two prompts or fewer than ``MIN_SHARED_PREFIX``."""
+    if len(prompts) < 2:
+        return 0
+    first = np.asarray(prompts[0][: min(len(prompt) for prompt in prompts) - 1])
+    shared = len(first)
+    for prompt in prompts[1:]:
+        differs = np.flatnonzero(np.asarray(prompt[:shared]) != first[:shared])
+        if differs.size:
+            shared = int(differs[0])
+    return shared if shared >= MIN_SHARED_PREFIX else 0
 
 
 def left_padded(prompts: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,13 +184,15 @@ def micro_batches(groups: list[TrainingGroup], max_tokens: int, shared_prompts: 
 
 def padded_tokens(groups: list[TrainingGroup], shared_prompts: bool = True) -> int:
     """Tokens one forward pass over ``groups`` computes, padding included: rows × (prompt + completion) in the
-    rows layout; with shared prompts, the distinct prompts once plus each bucket's rows × its longest completion."""
+    rows layout; with shared prompts, their shared prefix once, the rest of each distinct prompt once, and each
+    bucket's rows × its longest completion."""
     rows = sum(group.size for group in groups)
     if not shared_prompts:
         return rows * max(len(g.prompt_ids) + int(g.completions.lengths.max(initial=0)) for g in groups)
     prompts, _ = _distinct_prompts(groups)
+    prefix = shared_prefix(prompts)
     lengths = np.concatenate([g.completions.lengths for g in groups]).tolist()
-    return len(prompts) * max(len(p) for p in prompts) + sum(
+    return prefix + len(prompts) * (max(len(p) for p in prompts) - prefix) + sum(
         len(rows) * lengths[rows[0]] for rows in length_buckets(lengths))
 
 
