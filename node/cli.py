@@ -46,9 +46,12 @@ def version_command() -> None:
 @app.command("inspect")
 def inspect_command(
     file: Annotated[Path, typer.Argument(help="A saved rollout batch (protocol bytes).", dir_okay=False)],
+    max_memory_mb: Annotated[float, typer.Option(
+        "--max-memory-mb", min=1.0, help="Refuse a batch whose columns would take more to inflate (a small file can "
+                                         "declare gigabytes of text).")] = 1024.0,
 ) -> None:
     """Decode a saved batch and summarize it, or say exactly why it is invalid."""
-    from ftis.protocol import DecodeError, decode
+    from ftis.protocol import DecodeError, read
     from ftis.protocol.limits import MAX_PAYLOAD_BYTES
     from ftis.protocol.summary import summarize
 
@@ -64,7 +67,13 @@ def inspect_command(
         typer.echo(f"error: {file} is not a valid batch: {error}", err=True)
         raise typer.Exit(1) from None
     try:
-        batch = decode(data)
+        compressed = read(data)
+        cost_mb = compressed.cost() / 2**20
+        if cost_mb > max_memory_mb:  # weighed before a byte is inflated
+            typer.echo(f"error: {file} is a valid batch whose columns take up to {cost_mb:,.0f} MB to inflate, over "
+                       f"--max-memory-mb {max_memory_mb:g}; raise it to read the batch anyway", err=True)
+            raise typer.Exit(1)
+        batch = compressed.inflate()
     except DecodeError as error:
         typer.echo(f"error: {file} is not a valid batch: {error}", err=True)
         raise typer.Exit(1) from None

@@ -3,7 +3,8 @@ nor hivemind, so a dashboard or another implementation can use it alone.
 
 Files:
 - ``schema.py``   the decoded form: ``RolloutBatch`` → ``Group`` → ``Completion``, and their parts.
-- ``decode.py``   ``decode``, strict and total, and the wire layout of a batch (v1 to v3).
+- ``decode.py``   ``decode``, strict and total, and the wire layout of a batch (v1 to v3); ``read``, the same checks
+                  with the columns left compressed and what inflating them takes known.
 - ``encode.py``   ``encode``, which validates by decoding what it produced.
 - ``columns.py``  the compressed token column: packed ids and quantised sampler log-probs, one zstd frame; the
                   format's one zstd code path.
@@ -15,7 +16,7 @@ Files:
 - ``summary.py``  a printable summary of a batch (used by ``ftis-node inspect``).
 """
 
-from ftis.protocol.decode import decode
+from ftis.protocol.decode import CompressedBatch, decode, read
 from ftis.protocol.encode import encode
 from ftis.protocol.errors import DecodeError, EncodeError, ProtocolError
 from ftis.protocol.limits import PROTOCOL_VERSION
@@ -41,6 +42,8 @@ __all__ = [
     "SamplingSettings",
     "TaskRef",
     "TokenizerInfo",
+    "CompressedBatch",
     "decode",
+    "read",
     "encode",
 ]

@@ -20,7 +20,7 @@ Any malformed input raises ``DecodeError`` naming the field; nothing is built un
 has passed, so a caller never sees part of a batch.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -58,7 +58,7 @@ from ftis.protocol.schema import (
     TokenizerInfo,
     trusted,
 )
-from ftis.protocol.texts import unpack_texts
+from ftis.protocol.texts import check_text_lengths, unpack_texts
 
 KIND_BATCH = "batch"
 _INT64_MAX = (1 << 63) - 1
@@ -67,8 +67,14 @@ _MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
 
 def decode(data: bytes) -> RolloutBatch:
     """The batch in ``data``."""
+    return read(data).inflate()
+
+
+def read(data: bytes) -> "CompressedBatch":
+    """The batch in ``data``, checked up to its compressed columns, which are not inflated yet: what inflating
+    them takes (``CompressedBatch.cost``) is known before a byte is spent on it."""
     version, body = unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES)
-    return _batch(body, version)
+    return _read(body, version)
 
 
 def unpack_message(data: bytes, kind: str, max_bytes: int) -> tuple[int, FieldReader]:
@@ -158,7 +164,66 @@ class _Layout:
         return int(self.completion_lengths.sum())
 
 
-def _batch(body: FieldReader, version: int) -> RolloutBatch:
+# What decoding allocates beyond the columns' own bytes: a group's objects (the group, its columns, the views of
+# the columns, its task reference) and a text's (a str object and its slot in its group's tuple), at most.
+_GROUP_OVERHEAD_BYTES = 2048
+_TEXT_OVERHEAD_BYTES = 96
+# A str holds at most 4 bytes a character (one astral character makes the whole string 4 bytes wide); a
+# character is at least one byte of UTF-8.
+_STR_BYTES_PER_UTF8_BYTE = 4
+
+
+@dataclass(frozen=True)
+class CompressedBatch:
+    """A batch whose every field is checked but whose token and text columns are still compressed. ``cost``
+    says how many bytes inflating them takes, at most; ``inflate`` does it."""
+
+    header: RolloutBatch  # every field but the groups (empty here)
+    layout: _Layout
+    token_field: str
+    token_data: bytes
+    ids_width: int
+    q_width: int
+    text_field: str
+    text_lengths: np.ndarray | None  # (N,) each completion's text in UTF-8 bytes; None: the batch carries no texts
+    text_data: bytes
+
+    @property
+    def text_bytes(self) -> int:
+        """The UTF-8 bytes of every completion's text together (0: no texts)."""
+        return 0 if self.text_lengths is None else int(self.text_lengths.sum())
+
+    @property
+    def longest_text(self) -> int:
+        """The UTF-8 bytes of the longest completion text (0: no texts)."""
+        return 0 if self.text_lengths is None or not self.text_lengths.size else int(self.text_lengths.max())
+
+    def cost(self, texts: bool = True) -> int:
+        """The most bytes ``inflate(texts)`` allocates, all held at once: the inflated token column, the ids
+        (int64), the quantised and the float log-probs, the inflated texts and their strings, and the objects
+        of every group and text."""
+        layout, num_ids, num_logprobs = self.layout, self.layout.num_ids, self.layout.num_logprobs
+        tokens = (self.ids_width + 8) * num_ids + (self.q_width + 4 + 4) * num_logprobs
+        groups = _GROUP_OVERHEAD_BYTES * len(layout.group_ids)
+        if not texts or self.text_lengths is None:
+            return tokens + groups
+        strings = (1 + _STR_BYTES_PER_UTF8_BYTE) * self.text_bytes + _TEXT_OVERHEAD_BYTES * len(self.text_lengths)
+        return tokens + groups + strings
+
+    def inflate(self, texts: bool = True) -> RolloutBatch:
+        """The batch. ``texts`` False: without its texts, which are then not inflated (nor checked beyond their
+        lengths): a reader of the generator's own tokenizer reads its ids, never its texts."""
+        layout = self.layout
+        text_list = None
+        if texts and self.text_lengths is not None:
+            text_list = unpack_texts(self.text_field, self.text_lengths, self.text_data, layout.completion_lengths)
+        ids, q = unpack_columns(self.token_field, self.token_data, layout.num_ids, layout.num_logprobs,
+                                self.ids_width, self.q_width)
+        _check_vocab(ids, layout, self.header.tokenizer.vocab_size)
+        return replace(self.header, groups=_build_groups(layout, ids, dequantize_logprobs(q), text_list))
+
+
+def _read(body: FieldReader, version: int) -> CompressedBatch:
     run_id = body.text("run_id", MAX_NAME_CHARS)
     peer_id = body.text("peer_id", MAX_NAME_CHARS)
     round_ = body.integer("seq", 0, MAX_ROUND)
@@ -176,11 +241,12 @@ def _batch(body: FieldReader, version: int) -> RolloutBatch:
     tokens.done()
     text_column = _text_column(body.optional_map("texts"), version, len(layout.completion_lengths))
     body.done()
-    texts = None if text_column is None else unpack_texts(body.path("texts"), *text_column, layout.completion_lengths)
-    ids, q = unpack_columns(tokens.path("data"), data, layout.num_ids, layout.num_logprobs, ids_width, q_width)
-    _check_vocab(ids, layout, tokenizer.vocab_size)
-    groups = _build_groups(layout, ids, dequantize_logprobs(q), texts)
-    return RolloutBatch(run_id, peer_id, round_, created_at, policy, tokenizer, sampling, groups)
+    text_lengths, text_data = (None, b"") if text_column is None else text_column
+    if text_lengths is not None:
+        check_text_lengths(body.path("texts"), text_lengths, layout.completion_lengths)
+    header = RolloutBatch(run_id, peer_id, round_, created_at, policy, tokenizer, sampling, ())
+    return CompressedBatch(header, layout, tokens.path("data"), data, ids_width, q_width, body.path("texts"),
+                           text_lengths, text_data)
 
 
 def _policy(reader: FieldReader) -> PolicyInfo:

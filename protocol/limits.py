@@ -27,8 +27,8 @@ MAX_MAP_ENTRIES = 32  # keys in any map of the schema
 # A completion's text (v3) may hold at most this many UTF-8 bytes per token of the completion, plus the slack.
 # A real token decodes to a few bytes (the longest in Qwen2's vocabulary, runs of spaces or dashes, to a few
 # dozen); the bound keeps what a batch's texts inflate to proportional to its tokens, which the limits above
-# already bound, so a tiny frame cannot claim gigabytes of text. The slack spares a completion of a few tokens
-# whose tokens happen to be long ones.
+# already bound (still 512 MiB at those limits: a reader weighs ``CompressedBatch.cost`` before inflating). The
+# slack spares a completion of a few tokens whose tokens happen to be long ones.
 MAX_TEXT_BYTES_PER_TOKEN = 64
 MAX_TEXT_SLACK_BYTES = 256
 

@@ -43,15 +43,22 @@ def pack_texts(encoded: list[bytes]) -> dict[str, bytes]:
     return {"length": np.array([len(e) for e in encoded], "<u4").tobytes(), "data": deflate(b"".join(encoded))}
 
 
-def unpack_texts(field: str, lengths: np.ndarray, data: bytes, num_tokens: np.ndarray) -> list[str]:
-    """Each completion's text from the column's ``lengths`` (N,) and frame ``data``, given each completion's
-    token count (N,); ``DecodeError`` at ``{field}.length`` or ``{field}.data``, naming the completion."""
+def check_text_lengths(field: str, lengths: np.ndarray, num_tokens: np.ndarray) -> None:
+    """``DecodeError`` at ``{field}.length``, naming the completion, if a text's length (N,) is over the bound its
+    completion's token count (N,) gives it: checked before the frame is inflated."""
     lengths, bounds = lengths.astype(np.int64), max_text_bytes(num_tokens)
     over = np.flatnonzero(lengths > bounds)
     if over.size:
         c = int(over[0])
         raise DecodeError(f"{field}.length", f"completion {c}'s text of {lengths[c]} bytes is over the bound of "
                                              f"{bounds[c]} for its {num_tokens[c]} tokens")
+
+
+def unpack_texts(field: str, lengths: np.ndarray, data: bytes, num_tokens: np.ndarray) -> list[str]:
+    """Each completion's text from the column's ``lengths`` (N,) and frame ``data``, given each completion's
+    token count (N,); ``DecodeError`` at ``{field}.length`` or ``{field}.data``, naming the completion."""
+    check_text_lengths(field, lengths, num_tokens)
+    lengths = lengths.astype(np.int64)
     raw = memoryview(inflate(f"{field}.data", data, int(lengths.sum())))
     texts, at = [], 0
     for c, length in enumerate(lengths.tolist()):

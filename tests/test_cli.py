@@ -2,8 +2,10 @@
 
 import subprocess
 import sys
+import tracemalloc
 
 import pytest
+from helpers.hostile_peer import text_bomb
 from helpers.swarm import make_batch
 from typer.testing import CliRunner
 
@@ -60,6 +62,24 @@ def test_inspect_reports_the_typed_error_for_a_bad_batch(tmp_path):
     result = runner.invoke(app, ["inspect", str(path)])
     assert result.exit_code == 1
     assert "is not a valid batch: payload:" in result.output
+
+
+def test_inspect_weighs_a_decompression_bomb_before_inflating_it(tmp_path):
+    """26 KB declaring ~2.7 GB to inflate: refused at the default bound, with the figure, and nothing inflated."""
+    path = tmp_path / "bomb.msgpack"
+    path.write_bytes(text_bomb("peer-a", "run", 0, 1.7e9, "sha256:fp"))
+    tracemalloc.start()
+    try:
+        result = runner.invoke(app, ["inspect", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 1
+    assert "is a valid batch whose columns take up to 2,721 MB to inflate, over --max-memory-mb 1024" in result.output
+    assert peak < 16 * 2**20
+    small = tmp_path / "batch.msgpack"
+    small.write_bytes(encode(_batch()))
+    assert runner.invoke(app, ["inspect", str(small), "--max-memory-mb", "1"]).exit_code == 0
 
 
 def test_inspect_of_a_missing_file_says_so(tmp_path):

@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import importlib
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ import psutil
 import pytest
 import torch
 from helpers.hivemind_swarm import DEADLINE_S, Peer, Swarm, delta, rejections_of, start_bootstrap
-from helpers.hostile_peer import HostilePeer, forged_record, pushes, serves, stalls
+from helpers.hostile_peer import HostilePeer, forged_record, pushes, serves, stalls, text_bomb
 from helpers.nodes import LIMITS, DigitTask, build_node, node_config
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
@@ -595,6 +596,69 @@ def test_wrong_tokenizer_claims_are_refused_or_skipped(world):
     report, _ = round_with(world, encode(beyond))
     assert (report.unusable_groups, report.peer_groups_received, report.step.peer_groups) == (1, 0, 0)
     assert torch.isfinite(weights(honest.node)).all()
+
+
+# --- 7b. a decompression bomb in the texts ---------------------------------------------------------------
+
+
+class RssPeak:
+    """The largest growth of this process's resident memory over its start, sampled every 2 ms in a thread."""
+
+    def __init__(self) -> None:
+        self.process, self.growth, self._stop = psutil.Process(), 0, threading.Event()
+
+    def __enter__(self) -> "RssPeak":
+        self.start = self.process.memory_info().rss
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.growth = max(self.growth, self.process.memory_info().rss - self.start)
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_decompression_bomb_is_refused_before_inflating_charged_and_honest_batches_still_arrive(world):
+    """512 completions × 16,383 tokens whose texts are one character repeated to the protocol's bound: 26 KB on the
+    wire, ~2.7 GB to inflate (texts ~570 MB as bytes, up to 4x as strings; ids and log-probs 160 MB). The honest
+    node (another tokenizer: it would read the texts) charges it what decoding takes before inflating a byte,
+    which is more than it holds of all its peers' batches: refused (``too_large``) and the peer charged; the
+    decode ran on the transport's decoding thread, never on its network loop; bob's batch arrives meanwhile."""
+    honest, bob, mallory = world.honest, world.bob, world.mallory
+    transport = honest.peer.transport
+    honest.flush()
+    opened_on: list[str] = []
+    inbox_open = transport._inbox.open
+
+    def recording_open(*args):
+        opened_on.append(threading.current_thread().name)
+        return inbox_open(*args)
+
+    transport._inbox.open = recording_open
+    mallory.tokenizer = "sha256:another-tokenizer"
+    try:
+        bomb = text_bomb(mallory.peer_id, RUN, mallory.next_round, get_dht_time(), mallory.tokenizer)
+        before, score = honest.rejections(mallory.peer_id), transport.scores().get(mallory.peer_id)
+        delivered = honest.delivered()
+        with RssPeak() as peak:
+            round_ = mallory.publish(bomb).round
+            bob.publish(build=digit_batch)
+            world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before), "the bomb is refused")
+            world.swarm.wait_until(lambda: honest.delivered() > delivered, "bob's batch arrives")
+    finally:
+        mallory.tokenizer = FINGERPRINT
+        del transport._inbox.open
+    print(f"\n[hostile] text bomb: {len(bomb) / 1024:.0f} KiB on the wire; the honest process grew by at most "
+          f"{peak.growth / 2**20:.1f} MiB while fetching and refusing it")
+    assert delta(honest.rejections(mallory.peer_id), before) == {TOO_LARGE: 1}
+    assert len(mallory.asked(honest.peer.peer_id, round_)) == 1  # refused on its contents: never asked again
+    assert transport.scores()[mallory.peer_id].bad > (score.bad if score is not None else 0)
+    assert peak.growth < 48 * 2**20
+    assert opened_on and all(name.startswith("ftis-decode") for name in opened_on)
 
 
 # --- 8. a stalled fetch ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ reason; these tests read the counts from ``stats().rejections``.
 """
 
 import hashlib
+import importlib
 from dataclasses import replace
 
 import msgpack
@@ -36,10 +37,11 @@ from ftis.node.swarm.inbox import (
 )
 from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
 from ftis.node.swarm.outbox import Outbox
-from ftis.protocol import Group, encode
+from ftis.protocol import Group, encode, read
 from ftis.protocol.announcement import decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
 
+read_module = importlib.import_module("ftis.protocol.decode")  # the package's ``decode`` is the function
 MAX_AGE = 60.0
 LIMITS = InboxLimits(max_age_s=MAX_AGE, per_peer_quota=2, max_batches=4, max_bytes=1 << 20)
 
@@ -140,7 +142,8 @@ def test_texts_are_kept_only_for_another_tokenizer(clock):
     inbox = make_inbox(clock)
     for peer, tokenizer in (("alice", TOKENIZER), ("bob", "tok-b")):
         p = publish(with_texts(make_batch(peer, 0, tokenizer=tokenizer)))
-        assert inbox.consider(p.announcement, p.descriptor) and inbox.deliver(peer, p.descriptor, p.batch, len(p.data))
+        assert inbox.consider(p.announcement, p.descriptor)
+        assert inbox.deliver(peer, p.descriptor, inbox.open(peer, p.descriptor, p.data), len(p.data))
     delivered = {item.peer_id: item.batch for item in inbox.drain()}
     assert all(g.columns.texts is None for g in delivered["alice"].groups)
     assert all(g.columns.texts == tuple(f"text {c}" for c in range(g.size)) for g in delivered["bob"].groups)
@@ -370,6 +373,112 @@ def test_open_payload_decodes_strictly_what_matches_its_hash():
     descriptor = replace(publish(make_batch("alice", 0)).descriptor, bytes=len(garbage),
                          sha256=hashlib.sha256(garbage).digest())
     assert reason(descriptor, garbage) == DECODE_ERROR
+
+
+# --- Inbox.open: charged what decoding takes, before anything is inflated -----------------------------
+
+
+def texted(batch, text: str = "x"):
+    """``batch`` with every completion's text ``text`` repeated as many times as its tokens."""
+    groups = tuple(Group(g.group_id, g.task, g.prompt_ids, tuple(replace(c, text=text * len(c.token_ids))
+                                                                  for c in g.completions)) for g in batch.groups)
+    return replace(batch, groups=groups)
+
+
+def never_inflated(monkeypatch) -> None:
+    """Make inflating any column fail the test: a refusal must come before it."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a column was inflated")
+
+    monkeypatch.setattr(read_module.CompressedBatch, "inflate", refuse)
+
+
+def test_open_charges_what_decoding_takes_in_place_of_the_announced_size(clock):
+    inbox = make_inbox(clock)
+    p = publish(texted(make_batch("alice", 0, tokenizer="tok-b"), "é"))
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert inbox._pending[("alice", 0)] == p.descriptor.bytes  # in flight: its announced size
+    batch = inbox.open("alice", p.descriptor, p.data)
+    assert batch == p.batch  # another tokenizer: its texts are read
+    compressed = read(p.data)
+    charged = inbox._pending[("alice", 0)]
+    assert charged == len(p.data) + compressed.cost(texts=True) > compressed.cost(texts=False) + len(p.data)
+    assert inbox.deliver("alice", p.descriptor, batch, len(p.data))
+    inbox.drain()
+    assert inbox._pending == {}  # drained: the room is free again
+
+
+def test_open_leaves_the_texts_of_this_nodes_own_tokenizer_compressed(clock):
+    inbox = make_inbox(clock)
+    p = publish(texted(make_batch("alice", 0)))
+    assert inbox.consider(p.announcement, p.descriptor)
+    batch = inbox.open("alice", p.descriptor, p.data)
+    assert all(group.columns.texts is None for group in batch.groups)
+    assert batch == p.batch.without_texts()
+    assert inbox._pending[("alice", 0)] == len(p.data) + read(p.data).cost(texts=False)
+
+
+def test_a_batch_that_decodes_beyond_the_whole_buffer_is_refused_uninflated_and_charged(clock, monkeypatch):
+    p = publish(make_batch("alice", 0, groups=4, group_size=8))
+    cost = len(p.data) + read(p.data).cost()
+    small = make_inbox(clock, max_bytes=cost - 1)
+    assert small.consider(p.announcement, p.descriptor)  # its wire bytes fit
+    never_inflated(monkeypatch)
+    with pytest.raises(Rejected) as caught:
+        small.open("alice", p.descriptor, p.data)
+    assert caught.value.reason == TOO_LARGE
+    small.fail("alice", p.descriptor, caught.value.reason)
+    assert rejections(small) == {("alice", TOO_LARGE): 1}
+    assert small.scores()["alice"].bad == 1  # a fault of the peer's
+    assert small._pending == {}
+
+
+def test_a_batch_the_held_batches_leave_no_room_for_is_refused_uninflated_and_not_charged(clock, monkeypatch):
+    first, second = (publish(make_batch(peer, 0, groups=4, group_size=8)) for peer in ("alice", "bob"))
+    cost = len(first.data) + read(first.data).cost()
+    inbox = make_inbox(clock, max_bytes=cost + len(second.data) + read(second.data).cost() - 1)
+    assert inbox.consider(first.announcement, first.descriptor) and inbox.consider(second.announcement,
+                                                                                   second.descriptor)
+    assert inbox.deliver("alice", first.descriptor, inbox.open("alice", first.descriptor, first.data),
+                         len(first.data))
+    never_inflated(monkeypatch)
+    with pytest.raises(Rejected) as caught:
+        inbox.open("bob", second.descriptor, second.data)
+    assert caught.value.reason == BUFFER_FULL
+    inbox.fail("bob", second.descriptor, caught.value.reason)
+    assert "bob" not in inbox.scores() or inbox.scores()["bob"].bad == 0  # lack of room says nothing of bob
+    assert set(inbox._pending) == {("alice", 0)}  # alice's batch, still held, keeps its charge
+
+
+def test_texts_longer_than_this_node_could_train_on_are_refused_before_inflating(clock, monkeypatch):
+    fits = publish(texted(make_batch("alice", 0, tokenizer="tok-b"), "ab"))
+    long_text = max(len(c.text.encode()) for g in fits.batch.groups for c in g.completions)
+    inbox = make_inbox(clock, max_text_bytes=long_text)
+    assert inbox.consider(fits.announcement, fits.descriptor)
+    assert inbox.open("alice", fits.descriptor, fits.data) == fits.batch  # exactly at the limit
+    over = publish(texted(make_batch("alice", 1, tokenizer="tok-b"), "abc"))
+    assert inbox.consider(over.announcement, over.descriptor)
+    never_inflated(monkeypatch)
+    with pytest.raises(Rejected) as caught:
+        inbox.open("alice", over.descriptor, over.data)
+    assert caught.value.reason == TOO_LARGE and f"none longer than {long_text}" in str(caught.value)
+
+
+def test_the_text_limit_is_no_concern_for_a_batch_of_this_nodes_own_tokenizer(clock):
+    inbox = make_inbox(clock, max_text_bytes=1)
+    p = publish(texted(make_batch("alice", 0), "abc"))
+    assert inbox.consider(p.announcement, p.descriptor)
+    assert inbox.open("alice", p.descriptor, p.data) == p.batch.without_texts()  # its texts are never read
+
+
+def test_open_refuses_what_open_payload_refuses(clock):
+    inbox = make_inbox(clock)
+    p = publish(make_batch("alice", 0))
+    assert inbox.consider(p.announcement, p.descriptor)
+    for data, expected in ((p.data + b"\x00", TOO_LARGE), (p.data[:-1], FETCH_FAILED)):
+        with pytest.raises(Rejected) as caught:
+            inbox.open("alice", p.descriptor, data)
+        assert caught.value.reason == expected
 
 
 # --- Outbox -----------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from ftis.protocol import (
     TokenizerInfo,
     decode,
     encode,
+    read,
 )
 from ftis.protocol.limits import LOGPROB_STEP, MAX_TEXT_BYTES_PER_TOKEN, MAX_TEXT_SLACK_BYTES
 from ftis.protocol.summary import summarize
@@ -386,3 +387,47 @@ def test_the_summary_says_whether_a_batch_carries_texts():
     assert rows["texts"] == f"{sum(len(t.encode()) for g in SHAPE for _, t in g)} bytes of UTF-8 in 5 completions"
     bare = encode(make_batch([[(n, None) for n, _ in group] for group in SHAPE]))
     assert dict(summarize(decode(bare), len(bare)))["texts"].startswith("none")
+
+
+# --- what inflating costs, known before it is done ------------------------------------------------------------
+
+
+def bulky_batch(text: str, groups: int = 8, size: int = 16, tokens: int = 64) -> RolloutBatch:
+    """``groups`` × ``size`` completions of ``tokens`` tokens, each text ``text`` repeated to fill its bound."""
+    repeat = max(1, (MAX_TEXT_BYTES_PER_TOKEN * tokens) // len(text.encode()) - 1)
+    return make_batch([[(tokens, text * repeat)] * size] * groups, max_new_tokens=tokens)
+
+
+@pytest.mark.parametrize("text", ["a", "é", "漢", "🙂", "a🙂"], ids=["ascii", "2-byte", "3-byte", "4-byte", "mixed"])
+@pytest.mark.parametrize("texts", [True, False], ids=["texts", "no-texts"])
+def test_cost_bounds_what_inflating_allocates_and_is_known_before(text, texts):
+    """``read`` leaves the columns compressed; ``cost`` is at least what ``inflate`` then allocates at its peak,
+    whatever the characters (one astral character makes a str 4 bytes a character), and not far above it."""
+    data = encode(bulky_batch(text))
+    compressed = read(data)
+    tracemalloc.start()
+    try:
+        batch = compressed.inflate(texts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (batch.groups[0].columns.texts is not None) == texts
+    assert peak <= compressed.cost(texts) < 8 * peak
+    if texts:
+        assert compressed.text_bytes == sum(len(c.text.encode()) for g in batch.groups for c in g.completions)
+        assert compressed.cost(True) - compressed.cost(False) >= compressed.text_bytes
+
+
+def test_read_checks_the_text_lengths_before_anything_is_inflated(monkeypatch):
+    """A text over its bound is refused by ``read`` itself: ``inflate`` is never reached."""
+    bounds = [MAX_TEXT_BYTES_PER_TOKEN * n + MAX_TEXT_SLACK_BYTES for n in NUM_TOKENS]
+    bounds[2] += 1
+    data = with_texts({"length": np.array(bounds, "<u4").tobytes(), "data": frame_declaring(sum(bounds))})
+
+    def inflate_nothing():
+        raise AssertionError("a frame was inflated")
+
+    monkeypatch.setattr(columns_module, "_decompressor", inflate_nothing)
+    with pytest.raises(DecodeError) as caught:
+        read(data)
+    assert caught.value.field == "body.texts.length" and "completion 2" in caught.value.reason

@@ -23,6 +23,7 @@ from helpers.real_tokenizers import MAX_NEW_TOKENS, RUN, answering_stand_in, nod
 
 from ftis.node.models.stand_in import build_stand_in
 from ftis.node.runner.join import build_node
+from ftis.node.trainer.text_groups import usable_text_bytes
 from ftis.node.runner.node import Node
 from ftis.node.tasks.prompts import prompt_ids
 
@@ -72,6 +73,8 @@ def test_qwen2_phi3_and_gpt2_nodes_share_one_run_per_token_and_per_sequence(tmp_
         for name, config in configs.items():  # one at a time: transformers' from_pretrained is not thread-safe
             nodes[name] = build_node(config)
         phi_received, phi_steps = recorded(nodes["phi"])
+        # a peer's text longer than a node could train on is refused unread; every honest one here is shorter
+        assert nodes["phi"].transport._inbox._limits.max_text_bytes == usable_text_bytes(MAX_NEW_TOKENS)
         ids = {name: node.transport.peer_id for name, node in nodes.items()}
         with ThreadPoolExecutor(len(configs)) as pool:
             runs = {name: pool.submit(lambda node=node: [node.run_round() for _ in range(ROUNDS)])

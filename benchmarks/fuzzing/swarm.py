@@ -1,5 +1,5 @@
 """Fuzzing of the node's announcement handling: ``Directory.read`` over hostile DHT shard values, and
-``Inbox.consider`` / ``deliver`` / ``fail`` / ``open_payload`` over decoded-but-hostile descriptors and
+``Inbox.consider`` / ``open`` / ``deliver`` / ``fail`` over decoded-but-hostile descriptors and
 payloads, checked after every step.
 
 Used by ``tests/test_fuzz.py`` and ``benchmarks/fuzz.py``. Each ``step(rng)`` returns the name of what
@@ -14,7 +14,7 @@ it did and raises ``Violation`` (``oracle.py``) when a property breaks:
   considered or in flight, so its state is bounded by what peers announced in that window, whatever
   the dates they claim (a descriptor's ``created_at`` reaches 1e11, year ~5000; NaN cannot be represented:
   ``decode_announcement`` refuses it).
-- ``open_payload`` returns a batch that passes ``check_batch`` or raises ``Rejected``, nothing else.
+- ``Inbox.open`` returns a batch that passes ``check_batch`` or raises ``Rejected``, nothing else.
 """
 
 import hashlib
@@ -31,7 +31,7 @@ from benchmarks.fuzzing.inputs import ANNOUNCEMENT_MUTATIONS, T0, mutate, seed_a
 from benchmarks.fuzzing.oracle import Violation, check_announcement, check_batch, expect
 from ftis.node.swarm.directory import Directory
 from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
-from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected, open_payload
+from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected
 from ftis.protocol import DecodeError, encode
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES, MAX_ROUND
@@ -235,12 +235,12 @@ class InboxFuzz:
             self._call(self.inbox.fail, key[0], descriptor, "fetch_failed")
             return "inbox_fail"
         try:
-            batch = open_payload(descriptor, data)
+            batch = self.inbox.open(key[0], descriptor, data)
         except Rejected as rejected:
             self._call(self.inbox.fail, key[0], descriptor, rejected.reason)
             return "inbox_rejected_payload"
         except Exception as error:
-            raise Violation(f"open_payload raised {type(error).__name__}: {error}") from error
+            raise Violation(f"Inbox.open raised {type(error).__name__}: {error}") from error
         check_batch(batch, data)
         self._call(self.inbox.deliver, key[0], descriptor, batch, len(data))
         return "inbox_deliver"

@@ -139,7 +139,9 @@ class SwarmConfig(Section):
                                        "2 to one peer; more are turned away (the fetcher tries again later).")
     per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
     max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
-    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description="Their payload bytes.")
+    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description=(
+        "The memory they take, in bytes: a batch being fetched counts its announced size, a fetched one its payload "
+        "and what decoding it takes (ids, log-probs, texts), known before any of it is inflated."))
     keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
     start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
     score_half_life_s: float = Field(

@@ -54,9 +54,11 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     if transport_factory is None:
         from ftis.node.swarm.hivemind_transport import HivemindTransport
         from ftis.node.swarm.reachability import describe as describe_reachability
+        from ftis.node.trainer.text_groups import usable_text_bytes
 
         def transport_factory(fingerprint: str) -> Transport:
-            transport = HivemindTransport(config.swarm, fingerprint)
+            transport = HivemindTransport(config.swarm, fingerprint,
+                                          max_text_bytes=usable_text_bytes(config.generation.max_new_tokens))
             # Any member is an entry point, so the swarm outlives its bootstrap; a client-mode node accepts
             # no connections (and hivemind has no addresses to give for it).
             if echo is not None:

@@ -28,15 +28,16 @@ Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's 
 the payload from (8 bytes each, big-endian); the server answers with the payload's whole length (8 bytes,
 big-endian; 0 when it no longer holds that batch), then the payload from that offset. The fetcher refuses a
 length above the announced size before reading the body, then checks size, SHA-256 and strict decode
-(``open_payload``). A stream that ends early after delivering some bytes is followed by another from where it
+(``Inbox.open``: charged what decoding takes before anything is inflated), on a thread of its own, one payload
+at a time: the loop never waits on a decode, and one batch's inflated columns at most are being built. A stream that ends early after delivering some bytes is followed by another from where it
 ended, within the same deadline: a relayed connection may be cut after a fixed number of bytes (p2pd's built-in
 relay: 128 KiB each way, docs/nat.md), and a new one carries the rest. A stream that delivers nothing ends the
 attempt.
 
 Threads: all network work runs on one asyncio loop in a daemon thread that this object owns (the
 DHT's P2P replica is bound to the loop that first uses it). ``publish``, ``receive``, ``members``,
-``stats`` are called from the training thread and never wait on the network. ``close`` stops the
-loop and shuts the DHT and its ``p2pd`` down.
+``stats`` are called from the training thread and never wait on the network. Fetched payloads are decoded on
+one more thread (``_decoder``). ``close`` stops the loop and the decoder and shuts the DHT and its ``p2pd`` down.
 
 Time: batch ages and announcement times follow ``clock`` (the DHT's time by default; tests move it
 on instead of sleeping); the DHT's record expirations always follow the DHT's own time.
@@ -51,6 +52,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import hivemind
@@ -69,7 +72,6 @@ from ftis.node.swarm.inbox import (
     TOO_LARGE,
     Inbox,
     Rejected,
-    open_payload,
 )
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.p2pd_metrics import RelayCounters, free_port, read_counters
@@ -162,7 +164,10 @@ def retry_delay(backoff_s: float, attempt: int) -> float:
 
 
 class HivemindTransport:
-    def __init__(self, config: SwarmConfig, tokenizer: str, clock: Callable[[], float] = get_dht_time):
+    def __init__(self, config: SwarmConfig, tokenizer: str, clock: Callable[[], float] = get_dht_time,
+                 max_text_bytes: int | None = None):
+        """``max_text_bytes``: the longest completion text this node could train on (``InboxLimits``); None: the
+        protocol's bound alone."""
         self._config = config
         self._scratch: Path | None = None
         identity = config.identity_path
@@ -183,8 +188,9 @@ class HivemindTransport:
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
-        self._inbox = Inbox(config.run_id, tokenizer, config.inbox_limits(), clock=clock,
-                            reputation=config.reputation())
+        self._inbox = Inbox(config.run_id, tokenizer, replace(config.inbox_limits(), max_text_bytes=max_text_bytes),
+                            clock=clock, reputation=config.reputation())
+        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="ftis-decode")  # fetched payloads, one at a time
         self._members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
         self._circuits: dict[str, tuple[str, ...]] = {}  # peer id -> circuit addresses it announces (relayed)
@@ -277,6 +283,7 @@ class HivemindTransport:
             # A DHT read that _stop gave up waiting for still gets its answer later, and hivemind's future
             # then wakes the loop it was awaited on; it leaves a closed loop alone.
             self._loop.close()
+        self._decoder.shutdown(cancel_futures=True)  # a decode under way is bounded: it ends
         self._dht.shutdown()  # ends the DHT process and its p2pd
         self._remove_scratch()
 
@@ -453,7 +460,8 @@ class HivemindTransport:
                     deadline, started = fetch_deadline(self._config, descriptor.bytes), time.monotonic()
                     data, relayed = await asyncio.wait_for(self._download(peer_id, descriptor), deadline)
                     lateness = 2 * (time.monotonic() - started) / deadline - 1  # > 0 in the deadline's second half
-                batch = open_payload(descriptor, data)
+                batch = await asyncio.get_running_loop().run_in_executor(self._decoder, self._inbox.open, peer_id,
+                                                                         descriptor, data)
             except Rejected as rejected:  # the peer answered, and the answer is final
                 self._inbox.fail(peer_id, descriptor, rejected.reason)
                 logger.info("refused batch %s of %s: %s", descriptor.round, peer_id, rejected)

@@ -2,9 +2,12 @@
 
 For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen,
 from another run, older than the max age, another tokenizer (unless the node takes those: their groups
-are trained on per sequence), over the peer's quota or the buffer's bound. After a fetch, ``deliver``
-checks that the decoded batch is the one announced (same peer, run, round, tokenizer) and queues it;
-``drain`` hands queued batches to the trainer.
+are trained on per sequence), over the peer's quota or the buffer's bound. After a fetch, ``open`` checks the
+payload's size and hash, reads it up to its compressed columns, charges the buffer what inflating them takes
+(known before a byte is inflated: a small frame cannot claim gigabytes) and inflates them; ``deliver`` checks that
+the decoded batch is the one announced (same peer, run, round, tokenizer) and queues it; ``drain`` hands queued
+batches to the trainer. The buffer's bound (``max_bytes``) counts a batch in flight at its announced size and a
+fetched one at what its decoded ids, log-probs and texts take, so it bounds the memory peers' batches hold.
 Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
 number) is considered once, so a batch is delivered at most once and a refused one is not asked for
 again (a transport may retry a fetch that failed in transit before it reports the failure).
@@ -30,7 +33,7 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings
 from ftis.node.swarm.sampling import Offer, pick, rank_offers
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
-from ftis.protocol import DecodeError, RolloutBatch, decode
+from ftis.protocol import DecodeError, RolloutBatch, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 from ftis.protocol.limits import MAX_CLOCK_AHEAD_S
 
@@ -79,8 +82,12 @@ class InboxLimits:
     max_age_s: float  # batches created longer ago are not fetched
     per_peer_quota: int  # batches of one peer in flight or queued
     max_batches: int  # batches in flight or queued, all peers
-    max_bytes: int  # their payload bytes
+    max_bytes: int  # what they take in memory: in flight, the announced size; fetched, what decoding takes
     other_tokenizers: bool = True  # fetch batches of another tokenizer (their texts are trained on per sequence)
+    # The longest completion text this node could train on, in UTF-8 bytes (``text_groups.usable_text_bytes``): a
+    # batch of another tokenizer with a longer one is refused before its texts are inflated. None: the protocol's
+    # bound alone (64 bytes a token).
+    max_text_bytes: int | None = None
 
 
 class Inbox:
@@ -170,8 +177,6 @@ class Inbox:
                 del self._pending[key]
                 self._count(peer_id, NOT_AS_ANNOUNCED)
                 return False
-            if batch.tokenizer.fingerprint == self._tokenizer:  # its ids are read here, never its texts
-                batch = batch.without_texts()
             self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
             lateness = min(max(lateness, 0.0), 1.0)
             self._reputation.delivered(peer_id, self._clock(), share=1.0 - lateness)
@@ -181,6 +186,43 @@ class Inbox:
             self._stats.delivered_batches += 1
             self._stats.delivered_bytes += payload_bytes
             return True
+
+    def open(self, peer_id: str, descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
+        """The batch in a fetched payload, if it is exactly the announced one (size, hash, strict decode) and this
+        node can hold it: read up to its compressed columns, then charged what inflating them takes (its texts
+        only where its tokenizer is another: this node reads the ids of its own) in place of the announced size,
+        and only then inflated. ``Rejected``: ``TOO_LARGE`` for a batch no room could hold, or whose texts are
+        longer than this node could train on; ``BUFFER_FULL`` for one the peers' batches leave no room for now.
+        Runs in the caller's thread (a transport's decoding thread), never holding the lock while inflating."""
+        check_payload(descriptor, data)
+        try:
+            compressed = read(data)
+        except DecodeError as error:
+            raise Rejected(DECODE_ERROR, str(error)) from None
+        texts = compressed.header.tokenizer.fingerprint != self._tokenizer
+        limit = self._limits.max_text_bytes
+        if texts and limit is not None and compressed.longest_text > limit:
+            raise Rejected(TOO_LARGE, f"a completion's text of {compressed.longest_text} bytes; this node trains on "
+                                      f"none longer than {limit}")
+        self._charge(peer_id, descriptor, len(data) + compressed.cost(texts))
+        try:
+            return compressed.inflate(texts)
+        except DecodeError as error:
+            raise Rejected(DECODE_ERROR, str(error)) from None
+
+    def _charge(self, peer_id: str, descriptor: BatchDescriptor, cost: int) -> None:
+        """Charge a batch in flight ``cost`` bytes in place of its announced size, if it fits."""
+        key = (peer_id, descriptor.round)
+        with self._lock:
+            if cost > self._limits.max_bytes:
+                raise Rejected(TOO_LARGE, f"decoding it takes up to {cost} bytes, more than the {self._limits.max_bytes}"
+                                          f" this node holds of all its peers' batches (swarm.max_buffered_bytes)")
+            others = sum(self._pending.values()) - self._pending.get(key, 0)
+            if others + cost > self._limits.max_bytes:
+                raise Rejected(BUFFER_FULL, f"decoding it takes up to {cost} bytes; the batches held leave "
+                                            f"{max(self._limits.max_bytes - others, 0)}")
+            if key in self._pending:
+                self._pending[key] = cost
 
     def fresh(self, descriptor: BatchDescriptor) -> bool:
         """Whether the batch is still within the max age (a transport asks before retrying a fetch)."""
@@ -317,14 +359,20 @@ class Rejected(Exception):
         self.reason = reason
 
 
-def open_payload(descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
-    """The batch in a fetched payload, if it is exactly the announced one: size, hash, strict decode."""
+def check_payload(descriptor: BatchDescriptor, data: bytes) -> None:
+    """``Rejected`` unless the payload is exactly the announced one's bytes: its size and SHA-256."""
     if len(data) != descriptor.bytes:
         raise Rejected(TOO_LARGE if len(data) > descriptor.bytes else FETCH_FAILED,
                        f"{len(data)} bytes, {descriptor.bytes} announced")
     if hashlib.sha256(data).digest() != descriptor.sha256:
         raise Rejected(HASH_MISMATCH, "the payload's SHA-256 differs from the signed announcement's")
+
+
+def open_payload(descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
+    """The batch in a payload, if it is exactly the announced one: size, hash, strict decode, every column
+    inflated (what a benchmark or a tool opens; a transport opens through ``Inbox.open``, which bounds memory)."""
+    check_payload(descriptor, data)
     try:
-        return decode(data)
+        return read(data).inflate()
     except DecodeError as error:
         raise Rejected(DECODE_ERROR, str(error)) from None

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected, open_payload
+from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.reputation import PeerScore, ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
@@ -113,7 +113,7 @@ class MemoryTransport:
             self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
             return
         try:
-            batch = open_payload(descriptor, data)
+            batch = self._inbox.open(peer_id, descriptor, data)
         except Rejected as rejected:
             self._inbox.fail(peer_id, descriptor, rejected.reason)
             return

@@ -45,6 +45,8 @@ RETOKENIZED_PER_TOKEN = 4
 # characters a token under a large BPE, so 16 keeps every honest completion, and a peer's 2 MB text costs this
 # node a length check, not seconds of tokenizing and gigabytes of memory.
 MAX_CHARACTERS_PER_TOKEN = 16
+# UTF-8 spends at most this many bytes on a character.
+_MAX_UTF8_BYTES_PER_CHARACTER = 4
 _ANCHOR = "\n"  # what a completion's text is tokenized after: a prompt ends with one in every template
 _END_MARK = "\u2063ftis-end-mark\u2063"  # an assistant turn's content when rendering the template's end of a turn
 
@@ -117,6 +119,13 @@ class Retokenizer:
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def usable_text_bytes(max_new_tokens: int) -> int:
+    """The UTF-8 bytes of the longest completion text a node sampling up to ``max_new_tokens`` tokens could train on
+    (``Retokenizer.completions`` finds a longer one unusable whatever its characters): a transport refuses a batch
+    with a longer text before inflating any (``InboxLimits.max_text_bytes``)."""
+    return _MAX_UTF8_BYTES_PER_CHARACTER * MAX_CHARACTERS_PER_TOKEN * RETOKENIZED_PER_TOKEN * max_new_tokens
 
 
 def end_of_turn(tokenizer: "PreTrainedTokenizerBase", chat: bool) -> int | None:

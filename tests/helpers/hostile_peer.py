@@ -22,11 +22,24 @@ from dataclasses import replace
 from typing import Any
 
 import msgpack
+import numpy as np
+import zstandard
 from hivemind.utils import get_dht_time
 
-from ftis.protocol import DecodeError, decode, encode
+from ftis.protocol import (
+    Completion,
+    DecodeError,
+    Group,
+    PolicyInfo,
+    RolloutBatch,
+    SamplingSettings,
+    TaskRef,
+    TokenizerInfo,
+    encode,
+    read,
+)
 from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
-from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_TEXT_BYTES_PER_TOKEN, MAX_TEXT_SLACK_BYTES
 from helpers.hivemind_swarm import DEADLINE_S, BatchBuilder, Peer
 from helpers.swarm import make_batch
 
@@ -97,6 +110,43 @@ def pushes(total: int, sent: list[int], chunk: int = 1 << 18) -> Behaviour:
     return behaviour
 
 
+def text_bomb(peer_id: str, run_id: str, round_: int, created_at: float, tokenizer: str, *, completions: int = 512,
+              tokens: int = 16_383, vocab_size: int = 151_936) -> bytes:
+    """A v3 batch within every limit the decoder checks before inflating, built without ever holding it inflated:
+    one group of ``completions`` completions of ``tokens`` tokens each, every id 0 and every log-prob 0, each text
+    one character repeated up to the protocol's bound (64 bytes a token + 256). At the defaults it is ~26 KB on
+    the wire and inflates to ~570 MB of text and ~67 MB of columns."""
+    template = RolloutBatch(run_id, peer_id, round_, created_at, PolicyInfo("bomb", "", "full", 0),
+                            TokenizerInfo(tokenizer, vocab_size), SamplingSettings(1.0, 1.0, 0, tokens),
+                            (Group("bomb", TaskRef("digits", "train", 0, "0"), np.array([1]),
+                                   (Completion(np.array([0]), np.array([0.0]), 0.0, "length", "a"),)),))
+    message = msgpack.unpackb(encode(template), raw=False)
+    body = message["body"]
+    body["groups"]["size"] = np.array([completions], "<u4").tobytes()
+    body["completions"] = {"length": np.full(completions, tokens, "<u4").tobytes(),
+                           "reward": np.zeros(completions, "<f8").tobytes(),
+                           "finish_reason": np.full(completions, 1, "u1").tobytes()}
+    num_ids, num_logprobs = 1 + completions * tokens, completions * tokens
+    width = body["tokens"]["id_width"]
+    body["tokens"]["logprob_width"] = 1
+    body["tokens"]["data"] = _repeated_frame(b"\0", num_ids * width + num_logprobs)
+    text_bytes = MAX_TEXT_BYTES_PER_TOKEN * tokens + MAX_TEXT_SLACK_BYTES
+    body["texts"] = {"length": np.full(completions, text_bytes, "<u4").tobytes(),
+                     "data": _repeated_frame(b"a", completions * text_bytes)}
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def _repeated_frame(byte: bytes, size: int, chunk: int = 1 << 20) -> bytes:
+    """One zstd frame of ``byte`` × ``size`` (content size and checksum declared, as the format wants), compressed a
+    chunk at a time: never ``size`` bytes in memory."""
+    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True).compressobj(size=size)
+    block, parts = byte * chunk, []
+    for start in range(0, size, chunk):
+        parts.append(compressor.compress(block[: min(chunk, size - start)]))
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
 def forged_record(announcement: Announcement, change: Callable[[dict[str, Any]], None]) -> bytes:
     """The wire bytes of ``announcement`` with its body changed by ``change`` (a dict of msgpack values,
     edited in place): anything at all, past every limit ``encode_announcement`` would enforce."""
@@ -133,10 +183,10 @@ class HostilePeer:
     def describe(self, data: bytes, **changes: object) -> BatchDescriptor:
         """A descriptor of ``data`` under the next round: its true counts when it decodes, then
         ``changes`` (any field, any value)."""
-        try:
-            batch = decode(data)
-            counts = dict(groups=len(batch.groups), tokens=batch.num_completion_tokens,
-                          policy_version=batch.policy.policy_version, created_at=batch.created_at)
+        try:  # read, not inflated: a payload may be a bomb
+            batch = read(data)
+            counts = dict(groups=len(batch.layout.group_ids), tokens=batch.layout.num_logprobs,
+                          policy_version=batch.header.policy.policy_version, created_at=batch.header.created_at)
         except DecodeError:
             counts = dict(groups=1, tokens=1, policy_version=0, created_at=get_dht_time())
         descriptor = BatchDescriptor(round=self.next_round, bytes=len(data), sha256=hashlib.sha256(data).digest(),
