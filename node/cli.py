@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ftis.node.config.base import MAX_COUNT, MAX_SECONDS
 from ftis.node.dashboard import defaults as dashboard_defaults
+from ftis.protocol.limits import MAX_COMPLETION_TOKENS
 
 if TYPE_CHECKING:
     from ftis.node.config import SwarmConfig
@@ -120,7 +122,8 @@ def bootstrap_command(
     ] = None,
     run_id: RunId = None,
     shards: Shards = None,
-    log_interval: Annotated[float, typer.Option("--log-interval", help="Seconds between peer counts.")] = 30.0,
+    log_interval: Annotated[float, typer.Option("--log-interval", min=1.0, max=MAX_SECONDS,
+                                                help="Seconds between peer counts.")] = 30.0,
     no_relay: Annotated[bool, typer.Option(
         "--no-relay", help="Offer no relay: members behind a NAT then need another relay, or cannot be fetched from.")
     ] = False,
@@ -239,10 +242,10 @@ def dashboard_command(
     public: Annotated[bool, typer.Option(
         "--public", help="Allow an address that is not loopback: anyone reaching it reads the page.")] = False,
     refresh: Annotated[float, typer.Option(
-        "--refresh", min=0.5, help="Seconds between the page's updates and the reads of the DHT.")
+        "--refresh", min=0.5, max=MAX_SECONDS, help="Seconds between the page's updates and the reads of the DHT.")
     ] = dashboard_defaults.REFRESH_S,
     points: Annotated[int, typer.Option(
-        "--points", min=10, help="Points kept per line and node: a long run is thinned to this many.")
+        "--points", min=10, max=MAX_COUNT, help="Points kept per line and node: a long run is thinned to this many.")
     ] = dashboard_defaults.POINTS,
 ) -> None:
     """Serve a local web page: the run's members, and each node's figures over rounds and peer scores."""
@@ -310,7 +313,8 @@ def join_command(
     backend: Annotated[
         str | None, typer.Option("--backend", help="Generation: transformers (default) or vllm (GPU, [vllm] extra).")
     ] = None,
-    rounds: Annotated[int | None, typer.Option("--rounds", help="Stop after this many rounds.")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=MAX_COUNT,
+                                               help="Stop after this many rounds.")] = None,
     out: Annotated[
         Path, typer.Option("--out", help="The node's folder: metrics, TensorBoard events, checkpoints, export.")
     ] = Path("runs/node"),
@@ -384,11 +388,13 @@ def eval_command(
     task: Annotated[str | None, typer.Option("--task", help="gsm8k, math500 or arithmetic.")] = None,
     split: Annotated[str | None, typer.Option("--split", help='The split (default "test", held out).')] = None,
     data: Annotated[Path | None, typer.Option("--data", help="JSONL file of the split (GSM8K, MATH-500).")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N problems (default: all).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, max=MAX_COUNT,
+                                              help="First N problems (default: all).")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(
-        "--max-new-tokens", min=1, help=f"Default {_default('GenerationConfig', 'max_new_tokens')}.")] = None,
+        "--max-new-tokens", min=1, max=MAX_COMPLETION_TOKENS,
+        help=f"Default {_default('GenerationConfig', 'max_new_tokens')}.")] = None,
     batch_size: Annotated[int | None, typer.Option(
-        "--batch-size", min=1, help=f"Default {_default('GenerationConfig', 'batch_size')}.")] = None,
+        "--batch-size", min=1, max=MAX_COUNT, help=f"Default {_default('GenerationConfig', 'batch_size')}.")] = None,
     adapter: Annotated[str | None, typer.Option("--adapter", help="LoRA: lora (as is) or full (merged).")] = None,
     chat_template: Annotated[str | None, typer.Option("--chat-template", help="auto, on or off.")] = None,
     device: Annotated[str | None, typer.Option(
@@ -420,7 +426,8 @@ def demo_command(
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="A new folder for everything (default runs/demo/<time>).")
                    ] = None,
-    rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per node (overrides the config).")
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=MAX_COUNT,
+                                               help="Rounds per node (overrides the config).")
                       ] = None,
     solo: Annotated[bool | None, typer.Option(
         "--solo/--no-solo", help="Afterwards run each node alone, on-policy, as many rounds, and compare "
@@ -461,9 +468,11 @@ def demo_command(
 def experiment_command(
     out: Annotated[Path, typer.Option("--out", help="The grid's folder: cells, report, figures (reruns resume).")
                    ] = Path("runs/experiment"),
-    seeds: Annotated[int | None, typer.Option("--seeds", min=1, help="Seeds per condition (overrides the grid).")
+    seeds: Annotated[int | None, typer.Option("--seeds", min=1, max=MAX_COUNT,
+                                              help="Seeds per condition (overrides the grid).")
                      ] = None,
-    rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="Rounds per cell (overrides the grid).")
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, max=MAX_COUNT,
+                                               help="Rounds per cell (overrides the grid).")
                       ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="The grid's quick settings: a smoke test of every "
                                         "condition in about a minute.")] = False,

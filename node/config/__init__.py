@@ -27,6 +27,15 @@ from ftis.node.config.arithmetic import (
     ArithmeticOverride,
 )
 from ftis.node.config.base import (
+    MAX_BYTES,
+    MAX_CONCURRENT_STREAMS,
+    MAX_COUNT,
+    MAX_GRADIENT_NORM,
+    MAX_LEARNING_RATE,
+    MAX_LORA_RANK,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
     ConfigError,
     Section,
     describe_validation_error,
@@ -36,17 +45,58 @@ from ftis.node.config.base import (
     validation_problems,
 )
 from ftis.node.config.swarm import RUN_ID_PATTERN, SwarmConfig
-from ftis.protocol.limits import MAX_TEMPERATURE, MIN_TEMPERATURE
+from ftis.protocol.limits import (
+    MAX_BATCH_TOKENS,
+    MAX_COMPLETION_TOKENS,
+    MAX_GROUPS,
+    MAX_PROMPT_TOKENS,
+    MAX_TEMPERATURE,
+    MAX_VOCAB_SIZE,
+    MIN_TEMPERATURE,
+)
 
 if TYPE_CHECKING:
     from ftis.node.loss import LossParams
 
 __all__ = [
-    "ARITHMETIC_OPERATIONS", "MAX_ARITHMETIC_DIGITS", "MAX_ARITHMETIC_OPERANDS", "RUN_ID_PATTERN", "ArithmeticConfig",
-    "ArithmeticOverride", "CheckpointConfig", "ConfigError", "EvalConfig", "GenerationConfig", "LoopConfig",
-    "LossConfig", "LossVariant", "MetricsConfig", "MixConfig", "ModelConfig", "NodeConfig", "Section", "SwarmConfig",
-    "TaskConfig", "TrainerConfig", "VllmConfig", "WarmupConfig", "describe_validation_error", "load_config",
-    "merged", "partial_of", "read_toml", "validation_problems",
+    "ARITHMETIC_OPERATIONS",
+    "MAX_ARITHMETIC_DIGITS",
+    "MAX_ARITHMETIC_OPERANDS",
+    "MAX_BYTES",
+    "MAX_CONCURRENT_STREAMS",
+    "MAX_COUNT",
+    "MAX_GRADIENT_NORM",
+    "MAX_LEARNING_RATE",
+    "MAX_LORA_RANK",
+    "MAX_SECONDS",
+    "MAX_SEED",
+    "MAX_THREADS",
+    "RUN_ID_PATTERN",
+    "ArithmeticConfig",
+    "ArithmeticOverride",
+    "CheckpointConfig",
+    "ConfigError",
+    "EvalConfig",
+    "GenerationConfig",
+    "LoopConfig",
+    "LossConfig",
+    "LossVariant",
+    "MetricsConfig",
+    "MixConfig",
+    "ModelConfig",
+    "NodeConfig",
+    "Section",
+    "SwarmConfig",
+    "TaskConfig",
+    "TrainerConfig",
+    "VllmConfig",
+    "WarmupConfig",
+    "describe_validation_error",
+    "load_config",
+    "merged",
+    "partial_of",
+    "read_toml",
+    "validation_problems",
 ]
 
 MAX_STOP_CHARACTERS = 64  # a stop string's length: the generator decodes that many tokens' text at each step
@@ -57,19 +107,23 @@ class LossConfig(Section):
     """The F-TIS loss and its ablation variants (docs/loss.md)."""
 
     variant: LossVariant = Field("ftis", description="Loss variant: nois, vis, tis, ftis (default) or fvis.")
-    clip_c: float = Field(2.0, gt=0, description="C, the TIS truncation of the weight π_θold/π_gen; inf disables it.")
+    clip_c: float = Field(2.0, gt=0, allow_inf_nan=True,
+                          description="C, the TIS truncation of the weight π_θold/π_gen; inf disables it.")
     epsilon: float = Field(0.2, gt=0, lt=1, description="ε, the PPO clip range [1-ε, 1+ε] of the ratio.")
     divergence_threshold: float = Field(
         10.0,
         ge=0,
-        description="g: an off-policy completion whose mean k3 divergence exceeds g is filtered. The paper found "
-        "a small g helps a small model early and g≈50 a 3B model late.",
+        allow_inf_nan=True,
+        description="g: an off-policy completion whose mean k3 divergence exceeds g is filtered (inf: none is). The "
+        "paper found a small g helps a small model early and g≈50 a 3B model late.",
     )
     divergence_threshold_end: float | None = Field(
-        None, ge=0, description="If set, g moves linearly from divergence_threshold to this value."
+        None, ge=0, allow_inf_nan=True,
+        description="If set, g moves linearly from divergence_threshold to this value (inf: filters none at the end)."
     )
     divergence_schedule_steps: int = Field(
-        1000, ge=1, description="Optimizer steps over which g reaches divergence_threshold_end, then stays."
+        1000, ge=1, le=MAX_COUNT,
+        description="Optimizer steps over which g reaches divergence_threshold_end, then stays."
     )
     filter_rule: Literal["or", "and"] = Field(
         "or", description='"or": drop if Â ≤ 0 or D > g (default); "and": drop if Â ≤ 0 and D > g (released code).'
@@ -92,18 +146,19 @@ class LossConfig(Section):
             raise ValueError("must be a number, not NaN")
         return value
 
-    @model_validator(mode="after")
-    def _finite_epsilon(self) -> "LossConfig":
-        if not math.isfinite(self.epsilon):
-            raise ValueError("epsilon must be finite")
-        return self
-
     def divergence_threshold_at(self, step: int) -> float:
         """g at optimizer step ``step`` (constant unless divergence_threshold_end is set)."""
         if self.divergence_threshold_end is None:
             return self.divergence_threshold
+        start, end = self.divergence_threshold, self.divergence_threshold_end
         progress = min(max(step, 0) / self.divergence_schedule_steps, 1.0)
-        return self.divergence_threshold + progress * (self.divergence_threshold_end - self.divergence_threshold)
+        if progress == 0.0:
+            return start
+        if progress == 1.0:
+            return end
+        if math.isinf(start) or math.isinf(end):  # a line to or from infinity is infinite in between
+            return math.inf
+        return start + progress * (end - start)
 
     def params(self, step: int = 0) -> "LossParams":
         """The loss's plain parameters at optimizer step ``step``."""
@@ -122,12 +177,15 @@ class TrainerConfig(Section):
     """The optimizer step on each round's groups (docs/loss.md)."""
 
     learning_rate: float | None = Field(
-        None, gt=0, description="AdamW learning rate; default 1e-6 for full fine-tuning, 1e-4 for LoRA (the paper's)."
+        None, gt=0, le=MAX_LEARNING_RATE,
+        description="AdamW learning rate; default 1e-6 for full fine-tuning, 1e-4 for LoRA (the paper's)."
     )
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradients are clipped to this global norm.")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay (0: none).")
+    max_grad_norm: float = Field(1.0, gt=0, le=MAX_GRADIENT_NORM,
+                                 description="Gradients are clipped to this global norm.")
     max_tokens_per_microbatch: int = Field(
-        1024, ge=1, description="Tokens one forward pass computes, padding included: bounds the activations' memory "
+        1024, ge=1, le=MAX_BATCH_TOKENS,
+        description="Tokens one forward pass computes, padding included: bounds the activations' memory "
         "(about 1.3 MiB a token for a 135M-270M model in float32). A group's prompt counts once; a micro-batch holds "
         "whole advantage groups, so one larger than this runs alone."
     )
@@ -146,10 +204,12 @@ class WarmupConfig(Section):
     rewards start neither all 0 nor all 1. The warmed weights are cached on disk, keyed by the model's name and
     seed and every setting here but ``cache_dir``; a LoRA node warms its base model, then adds the adapter."""
 
-    steps: int = Field(0, ge=0, description="Supervised optimizer steps (at most, with stop_accuracy); 0 = no warm "
+    steps: int = Field(0, ge=0, le=MAX_COUNT,
+                       description="Supervised optimizer steps (at most, with stop_accuracy); 0 = no warm "
                        "start (the default).")
-    learning_rate: float = Field(2e-3, gt=0, description="AdamW learning rate: the cosine's peak, or the constant one.")
-    batch_size: int = Field(64, ge=1, description="Problems per step.")
+    learning_rate: float = Field(2e-3, gt=0, le=MAX_LEARNING_RATE,
+                                 description="AdamW learning rate: the cosine's peak, or the constant one.")
+    batch_size: int = Field(64, ge=1, le=MAX_COUNT, description="Problems per step.")
     schedule: Literal["cosine", "constant"] = Field(
         "cosine", description="cosine: the learning rate decays to 0 over steps (a converged model); constant: it "
         "stays, for a warm-up that stop_accuracy ends early."
@@ -158,7 +218,7 @@ class WarmupConfig(Section):
         None, gt=0, le=1, description="Stop at the first check whose greedy accuracy on the dev split reaches this, "
         "leaving a model GRPO can improve (docs/learning.md); unset: run every step."
     )
-    check_every: int = Field(25, ge=1, description="Steps between the dev checks of stop_accuracy.")
+    check_every: int = Field(25, ge=1, le=MAX_COUNT, description="Steps between the dev checks of stop_accuracy.")
     no_carry_share: float = Field(
         0.0, ge=0, le=1, description="Share of the warm-up's addition problems redrawn until they need no carry: "
         "a specialist that has rarely seen a carry."
@@ -168,7 +228,8 @@ class WarmupConfig(Section):
         'task\'s for the warm-up only, e.g. {operations = "+"} for a specialist.'
     )
     eval_problems: int = Field(
-        200, ge=1, description="Distinct held-out problems greedy accuracy is measured on (dev for the stop, test "
+        200, ge=1, le=MAX_COUNT,
+        description="Distinct held-out problems greedy accuracy is measured on (dev for the stop, test "
         "after)."
     )
     cache_dir: Path | None = Field(
@@ -181,14 +242,16 @@ class ModelConfig(Section):
 
     name: str = Field("tiny-small", description="A built-in tiny model, a local folder, or a hub id.")
     adapter: Literal["full", "lora"] = Field("full", description="Train every weight, or a LoRA adapter.")
-    lora_rank: int = Field(128, ge=1, description="LoRA rank r (the paper's 128; clamped for tiny models).")
-    lora_alpha: float = Field(256.0, gt=0, description="LoRA alpha (the paper's 256).")
+    lora_rank: int = Field(128, ge=1, le=MAX_LORA_RANK,
+                           description="LoRA rank r (the paper's 128; clamped for tiny models).")
+    lora_alpha: float = Field(256.0, gt=0, le=MAX_LORA_RANK * 16, description="LoRA alpha (the paper's 256).")
     lora_target_modules: list[str] | None = Field(
         None, description="Modules LoRA adapts; default: the attention and MLP projections present."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights' dtype.")
     device: str = Field("cpu", description="torch device, e.g. cpu or cuda.")
-    seed: int = Field(0, description="Seeds tiny models' weights, LoRA's init, sampling and problem order.")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="Seeds tiny models' weights, LoRA's init, sampling and problem order.")
     revision: str | None = Field(None, description="Hub revision of the weights.")
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Wrap prompts in the tokenizer's chat template: auto (when it has one), on, off."
@@ -215,7 +278,8 @@ class TaskConfig(Section):
         False, description="Score a peer's group against its own gold answer when this node lacks the problem."
     )
     few_shot: int = Field(
-        0, ge=0, le=16, description="Solved examples before each question, from the task's dev (arithmetic) or train "
+        0, ge=0, le=16,
+        description="Solved examples before each question (0: none), from the task's dev (arithmetic) or train "
         "split: earlier turns in the chat template, else the plain layout. Peers of one tokenizer must agree on it."
     )
 
@@ -232,11 +296,13 @@ class VllmConfig(Section):
         "bfloat16", description="The engine's weights' dtype (the trainer's is model.dtype)."
     )
     max_model_len: int | None = Field(
-        None, ge=1, description="Longest prompt + completion the engine serves; unset: the model's own maximum."
+        None, ge=1, le=MAX_PROMPT_TOKENS + MAX_COMPLETION_TOKENS,
+        description="Longest prompt + completion the engine serves; unset: the model's own maximum."
     )
     enforce_eager: bool = Field(False, description="No CUDA graphs: faster start-up, slower decoding.")
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="Tokens the engine schedules per step (a longer prefill is split); unset: vLLM's "
+        None, ge=1, le=MAX_BATCH_TOKENS,
+        description="Tokens the engine schedules per step (a longer prefill is split); unset: vLLM's "
         "default. vLLM's CPU build cannot split a seeded request's prefill: there, set it to at least "
         "prompts_per_round × group_size × the longest prompt's tokens."
     )
@@ -257,7 +323,7 @@ class GenerationConfig(Section):
         "beside the trainer on its GPU, synced to the trainer's weights after every step ([generation.vllm])."
     )
 
-    prompts_per_round: int = Field(8, ge=1, description="Prompts (groups) generated per round.")
+    prompts_per_round: int = Field(8, ge=1, le=MAX_GROUPS, description="Prompts (groups) generated per round.")
     group_size: int = Field(
         8, ge=1, le=512, description="G: completions per prompt (horizontal grouping: this node's share, G/k)."
     )
@@ -266,14 +332,16 @@ class GenerationConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1 = off (the paper). The trained policy "
                          "is the whole distribution at the temperature: below 1, even this node's own samples are "
                          "off-policy (IS weights below 1).")
-    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 = off. As top_p: on, it makes own samples off-policy.")
-    max_new_tokens: int = Field(256, ge=1, description="Completion length cap.")
+    top_k: int = Field(0, ge=0, le=MAX_VOCAB_SIZE,
+                       description="Top-k sampling; 0 = off. As top_p: on, it makes own samples off-policy.")
+    max_new_tokens: int = Field(256, ge=1, le=MAX_COMPLETION_TOKENS, description="Completion length cap.")
     stop: list[str] = Field(
         default_factory=list, max_length=8, description="Strings that end a completion besides the end-of-sequence "
         'tokens (kept in it), e.g. ["</answer>"] for a base model that never writes its end token.'
     )
     batch_size: int = Field(
-        64, ge=1, description="Sequences per generation forward pass (transformers; vLLM batches by itself)."
+        64, ge=1, le=MAX_COUNT,
+        description="Sequences per generation forward pass (transformers; vLLM batches by itself)."
     )
     vllm: VllmConfig = Field(default_factory=VllmConfig, description="The vLLM backend's settings.")
 
@@ -290,7 +358,10 @@ class GenerationConfig(Section):
 class MixConfig(Section):
     """Which received groups a step trains on, beside the node's own."""
 
-    max_peer_groups: int = Field(32, ge=0, description="At most this many peer groups per step, fair across peers.")
+    max_peer_groups: int = Field(32, ge=0, le=MAX_COUNT,
+
+                                 description="At most this many peer groups per step, fair across peers (0: only its "
+                                 "own).")
     max_peer_share: float = Field(0.5, gt=0, le=1, description="At most this share of max_peer_groups (rounded up) "
                                   "from one peer, however few others sent groups: one identity never makes up "
                                   "most of a step's peer groups.")
@@ -301,17 +372,19 @@ class EvalConfig(Section):
     defaults). Results go into ``metrics.jsonl`` as records with ``eval_accuracy``."""
 
     every: int = Field(
-        0, ge=0, description="Evaluate at the start of a run and after every N-th round; 0 = never."
+        0, ge=0, le=MAX_COUNT, description="Evaluate at the start of a run and after every N-th round; 0 = never."
     )
     split: str | None = Field(
         None, description='The split evaluated; unset: "test" (the held-out split of every built-in task).'
     )
     limit: int | None = Field(
-        200, ge=1, description="Problems per evaluation: the first N of the split (a fixed set of N for "
+        200, ge=1, le=MAX_COUNT, description="Problems per evaluation: the first N of the split (a fixed set of N for "
         "arithmetic); unset: the whole split (500 for arithmetic)."
     )
-    max_new_tokens: int | None = Field(None, ge=1, description="Completion length cap; unset: generation's.")
-    batch_size: int | None = Field(None, ge=1, description="Sequences per forward pass; unset: generation's.")
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_COMPLETION_TOKENS,
+                                       description="Completion length cap; unset: generation's.")
+    batch_size: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                   description="Sequences per forward pass; unset: generation's.")
 
 
 class LoopConfig(Section):
@@ -323,10 +396,11 @@ class LoopConfig(Section):
         "wait up to round_deadline_s for each live peer's batch of the current round.",
     )
     round_deadline_s: float = Field(
-        30.0, gt=0, description="rounds mode: the longest a round waits for its peers' batches."
+        30.0, gt=0, le=MAX_SECONDS, description="rounds mode: the longest a round waits for its peers' batches."
     )
     min_peers: int = Field(
-        0, ge=0, description="rounds mode: a round also waits (up to the deadline) until this many peers are live."
+        0, ge=0, le=MAX_COUNT,
+        description="rounds mode: a round also waits (up to the deadline) until this many peers are live (0: none)."
     )
     grouping: Literal["vertical", "horizontal"] = Field(
         "vertical",
@@ -336,7 +410,8 @@ class LoopConfig(Section):
         'completions for a prompt. Needs mode = "rounds", and one task, split and swarm_seed on every node.',
     )
     swarm_seed: int = Field(
-        0, ge=0, description="horizontal grouping: seeds each round's shared prompts; every node of a run must "
+        0, ge=0, le=MAX_SEED,
+        description="horizontal grouping: seeds each round's shared prompts; every node of a run must "
         "use the same value."
     )
 
@@ -364,10 +439,12 @@ class CheckpointConfig(Section):
     Face export in its ``export/``. A checkpoint is also written, and the model exported, when the node stops."""
 
     every_rounds: int = Field(
-        50, ge=0, description="Write a checkpoint after every N rounds (one optimizer step each); 0 = only when "
+        50, ge=0, le=MAX_COUNT,
+        description="Write a checkpoint after every N rounds (one optimizer step each); 0 = only when "
         "the node stops."
     )
-    keep_last: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted once a newer one is written.")
+    keep_last: int = Field(3, ge=1, le=MAX_COUNT,
+                           description="Checkpoints kept; older ones are deleted once a newer one is written.")
     export_on_checkpoint: bool = Field(
         True, description="Also export the model in Hugging Face format to export/ at every checkpoint."
     )

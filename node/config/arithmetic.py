@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from ftis.node.config.base import Section, partial_of
+from ftis.node.config.base import MAX_SEED, Section, partial_of
 
 ARITHMETIC_OPERATIONS = "+-*"
 MAX_ARITHMETIC_DIGITS = 30  # operands stay below 2**100, the range of one 128-bit draw (negligible modulo bias)
@@ -27,8 +27,10 @@ class ArithmeticConfig(Section):
     settings, the split and the index, and its dataset name spells them, so peers with other settings never
     match a problem."""
 
-    min_digits: int = Field(1, ge=1, description="Fewest digits of an operand in train, dev and test.")
-    max_digits: int = Field(2, ge=1, description="Most digits of an operand in train, dev and test.")
+    min_digits: int = Field(1, ge=1, le=MAX_ARITHMETIC_DIGITS,
+                            description="Fewest digits of an operand in train, dev and test.")
+    max_digits: int = Field(2, ge=1, le=MAX_ARITHMETIC_DIGITS,
+                            description="Most digits of an operand in train, dev and test.")
     operations: _Operations = Field(
         "+-", min_length=1, description='The operations of train, dev and test: distinct characters of "+-*".'
     )
@@ -36,12 +38,13 @@ class ArithmeticConfig(Section):
         2, ge=2, le=MAX_ARITHMETIC_OPERANDS, description='Numbers per problem ("1+2*3" has 3); * before + and -.'
     )
     ood_extra_digits: int = Field(
-        1, ge=0, description="OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train's."
+        1, ge=0, le=MAX_ARITHMETIC_DIGITS,
+        description="OOD operands have max_digits+1 … max_digits+ood_extra_digits digits; 0: as train's."
     )
     ood_operations: _Operations = Field(
         "", description="Operations held out of train, dev and test; every OOD problem uses at least one of them."
     )
-    seed: int = Field(0, description="Seeds the problems and which split each one falls in.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds the problems and which split each one falls in.")
     format: Literal["plain", "tags"] = Field(  # the names of tasks/arithmetic.py's FORMATS (a test checks)
         "plain", description='"plain": "12+34=" answered "46" and the end; "tags": the paper\'s '
         "<think> … </think><answer> … </answer> format, checked as GSM8K's."

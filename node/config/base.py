@@ -10,6 +10,19 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
+# Every numeric setting is bounded by what it means (its Field says which bound): a value past one is no run a node
+# can make, and would otherwise fail later, deep inside numpy, torch or asyncio. Floats are finite unless a
+# setting says what infinity means (``allow_inf_nan=True``: the loss's C and g).
+MAX_SEED = (1 << 32) - 1  # a seed: numpy's and torch's generators take 32 bits
+MAX_SECONDS = 30 * 24 * 3600.0  # a duration or a period: a month; longer is "never" by another name
+MAX_COUNT = 1 << 30  # a count: rounds, steps, problems, peers, batches, sequences
+MAX_BYTES = 1 << 40  # a size in bytes (or bytes a second): a terabyte
+MAX_LORA_RANK = 1 << 16  # beyond the width of any model
+MAX_LEARNING_RATE = 1.0  # an AdamW step moves each weight by about the learning rate: more than 1 is no training
+MAX_GRADIENT_NORM = 1e6
+MAX_CONCURRENT_STREAMS = 1024  # fetches or serves at once
+MAX_THREADS = 1024
+
 
 class ConfigError(ValueError):
     """A config file that cannot be read or does not validate; the message lists every problem."""
@@ -19,7 +32,7 @@ class Section(BaseModel):
     """The base of every config section: an unknown key is an error (a typo never passes silently), and a
     loaded config cannot change."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,7 +68,7 @@ def partial_of(model: type[BaseModel], name: str) -> type:
     fields = {key: Annotated[(field.annotation, *field.metadata, Field(description=field.description))]
               for key, field in model.model_fields.items()}
     # The functional TypedDict form with fields known only at run time, which a type checker cannot follow.
-    return with_config(ConfigDict(extra="forbid"))(TypedDict(name, fields, total=False))  # type: ignore[operator]
+    return with_config(ConfigDict(extra="forbid", allow_inf_nan=False))(TypedDict(name, fields, total=False))  # type: ignore[operator]
 
 
 def read_toml(path: Path, error: type[Exception] = ConfigError) -> dict:

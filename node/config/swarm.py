@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ftis.node.config.base import Section
+from ftis.node.config.base import MAX_BYTES, MAX_CONCURRENT_STREAMS, MAX_COUNT, MAX_SECONDS, Section
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S
 
 if TYPE_CHECKING:
@@ -63,9 +63,11 @@ class SwarmConfig(Section):
         "with this one number); a slot lasts an hour and is renewed while its holder stays connected.",
     )
     relay_max_circuits: int = Field(8, ge=1, le=1024, description="Relayed connections open at once per peer.")
-    relay_data_limit_bytes: int = Field(1 << 30, ge=1 << 16, description="Bytes one relayed connection may carry "
+    relay_data_limit_bytes: int = Field(1 << 30, ge=1 << 16, le=MAX_BYTES,
+                                        description="Bytes one relayed connection may carry "
                                         "each way before it is reset (a fetch then goes on over a new one).")
-    relay_time_limit_s: float = Field(1800.0, ge=10, description="The longest one relayed connection may stay open.")
+    relay_time_limit_s: float = Field(1800.0, ge=10, le=MAX_SECONDS,
+                                      description="The longest one relayed connection may stay open.")
 
     @field_validator("initial_peers", "host_maddrs", "announce_maddrs", "relays")
     @classmethod
@@ -88,69 +90,87 @@ class SwarmConfig(Section):
         "most 4 MiB (~1,400 full records). Every node builds a validator with one field per shard (~0.4 s at 1,024).",
     )
     shards_per_poll: int = Field(
-        0, ge=0, description="K: shards a poll reads, the next K of this node's own random order of all S (so it "
+        0, ge=0, le=MAX_SHARDS,
+        description="K: shards a poll reads, the next K of this node's own random order of all S (so it "
         "covers them all every S/K polls); 0: all of them every poll (a small swarm). A sampled read costs about "
         "K × 16 records × 3 KB × the DHT peers that answer, whatever the swarm's size.",
     )
     max_shards_per_poll: int = Field(
-        0, ge=0, description="While the node remembers fewer than want_peers peers (a run smaller than planned), "
+        0, ge=0, le=MAX_SHARDS,
+        description="While the node remembers fewer than want_peers peers (a run smaller than planned), "
         "each poll reads twice as many shards as the last, up to this; 0: shards_per_poll (never more).",
     )
-    want_peers: int = Field(16, ge=0, description="Peers a node wants to remember (remember_polls); fewer, and it "
-                            "reads more shards (max_shards_per_poll).")
+    want_peers: int = Field(16, ge=0, le=MAX_COUNT,
+                            description="Peers a node wants to remember (remember_polls); fewer, and it "
+                            "reads more shards (max_shards_per_poll); 0: it never does.")
     remember_polls: int = Field(1, ge=1, le=64, description="A node remembers what its last this many polls read "
                                 "(the newest announcement of each peer) and fetches from that: bounded memory.")
     read_beam_size: int = Field(0, ge=0, le=64, description="DHT peers a read keeps asking near each key; with the "
                                 "latest values asked for, each that holds a copy answers with it. 0: hivemind's "
                                 "(20). 2 finds a key's replicas on a settled DHT at a fraction of the bytes.")
     fetch_budget: int = Field(
-        0, ge=0, description="Batches fetched or waiting for the trainer at once, from distinct peers, freshest first "
+        0, ge=0, le=MAX_COUNT,
+        description="Batches fetched or waiting for the trainer at once, from distinct peers, freshest first "
         "(random tie-breaks among those of one poll interval's age): just enough to fill mix.max_peer_groups, e.g. "
         "⌈max_peer_groups / groups per batch⌉ + 1. 0: every fresh batch announced (a small swarm). Rounds mode "
         "then waits for this many of the round's batches, not for every live peer.",
     )
     fetch_horizon_s: float = Field(
-        0.0, ge=0, description="Under a fetch budget, batches older than this are not taken (the budget waits for "
+        0.0, ge=0, le=MAX_SECONDS,
+        description="Under a fetch budget, batches older than this are not taken (the budget waits for "
         "fresher ones); 0: max_age_s. A large swarm: 2 × poll_interval_s + a DHT store's delay (~0.5 s).",
     )
 
     def fetch_horizon(self) -> float:
         """The oldest a batch may be to be taken under the fetch budget, in seconds."""
         return self.fetch_horizon_s or self.max_age_s
-    announce_interval_s: float = Field(5.0, gt=0, description="Re-announce period (also at once after a publish).")
+    announce_interval_s: float = Field(5.0, gt=0, le=MAX_SECONDS,
+                                       description="Re-announce period (also at once after a publish).")
     announcement_ttl_s: float = Field(30.0, gt=0, le=MAX_ANNOUNCEMENT_TTL_S,
                                       description="An announcement expires unless renewed in time (at most 300 s).")
-    poll_interval_s: float = Field(1.0, gt=0, description="How often peers' announcements are read.")
-    max_age_s: float = Field(120.0, gt=0, description="Batches created longer ago are not fetched.")
-    fetch_timeout_s: float = Field(10.0, gt=0, description="The longest one payload fetch may take, connect to last "
+    poll_interval_s: float = Field(1.0, gt=0, le=MAX_SECONDS, description="How often peers' announcements are read.")
+    max_age_s: float = Field(120.0, gt=0, le=MAX_SECONDS, description="Batches created longer ago are not fetched.")
+    fetch_timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS,
+                                   description="The longest one payload fetch may take, connect to last "
                                    "byte; a smaller payload gets less (fetch_base_s, fetch_min_bytes_per_s).")
-    fetch_base_s: float = Field(3.0, gt=0, description="A fetch's deadline is this plus the payload's size at "
+    fetch_base_s: float = Field(3.0, gt=0, le=MAX_SECONDS,
+                                description="A fetch's deadline is this plus the payload's size at "
                                 "fetch_min_bytes_per_s, at most fetch_timeout_s: a slow peer cannot hold a fetch "
                                 "slot for the whole timeout with a small batch.")
-    fetch_min_bytes_per_s: float = Field(1024 * 1024, gt=0, description="The slowest transfer a fetch deadline allows.")
+    fetch_min_bytes_per_s: float = Field(1024 * 1024, gt=0, le=MAX_BYTES,
+                                         description="The slowest transfer a fetch deadline allows.")
     fetch_retries: int = Field(
         2, ge=0, le=8, description="Further attempts after a fetch fails in transit (refused connection, stream "
-        "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s."
+        "closed early, deadline passed), each while the peer still announces the batch and it is within max_age_s; "
+        "0: none."
     )
-    fetch_retry_backoff_s: float = Field(1.0, gt=0, description="Wait before the first retry; doubles for each next.")
-    max_concurrent_fetches: int = Field(8, ge=2, description="Payload fetches in flight at once, at most 2 from one "
+    fetch_retry_backoff_s: float = Field(1.0, gt=0, le=MAX_SECONDS,
+                                         description="Wait before the first retry; doubles for each next.")
+    max_concurrent_fetches: int = Field(8, ge=2, le=MAX_CONCURRENT_STREAMS,
+                                        description="Payload fetches in flight at once, at most 2 from one "
                                         "peer; a freed slot goes to the waiting peer that holds the fewest.")
-    max_concurrent_serves: int = Field(16, ge=2, description="Fetches of this node's payloads served at once, at most "
+    max_concurrent_serves: int = Field(16, ge=2, le=MAX_CONCURRENT_STREAMS,
+                                       description="Fetches of this node's payloads served at once, at most "
                                        "2 to one peer; more are turned away (the fetcher tries again later).")
-    per_peer_quota: int = Field(4, ge=1, description="Batches of one peer fetched but not yet trained on.")
-    max_buffered_batches: int = Field(64, ge=1, description="Batches fetched but not yet trained on, all peers.")
-    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, description=(
+    per_peer_quota: int = Field(4, ge=1, le=MAX_COUNT,
+                                description="Batches of one peer fetched but not yet trained on.")
+    max_buffered_batches: int = Field(64, ge=1, le=MAX_COUNT,
+                                      description="Batches fetched but not yet trained on, all peers.")
+    max_buffered_bytes: int = Field(256 * 1024 * 1024, ge=1, le=MAX_BYTES, description=(
         "The memory they take, in bytes: a batch being fetched counts its announced size, a fetched one its payload "
         "and what decoding it takes (ids, log-probs, texts), known before any of it is inflated."))
     keep_batches: int = Field(8, ge=1, le=16, description="Own recent batches served and announced.")
-    start_timeout_s: float = Field(60.0, gt=0, description="Joining the DHT (an identity plus peers doubles it).")
+    start_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS,
+                                   description="Joining the DHT (an identity plus peers doubles it).")
     score_half_life_s: float = Field(
-        1800.0, gt=0, description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
+        1800.0, gt=0, le=MAX_SECONDS,
+        description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
         "refused, failed, divergence-filtered) loses half its weight in this time. Long, so that a burst of failed "
         "fetches on a flaky link is weighed against the peer's whole recent record."
     )
     score_min_evidence: float = Field(
-        3.0, ge=0, description="A peer is judged (can be muted) only with at least this much evidence, in batches "
+        3.0, ge=0, le=MAX_COUNT,
+        description="A peer is judged (can be muted) only with at least this much evidence, in batches "
         "(a failed fetch counts half), and after a mute only once this much new evidence came in."
     )
     mute_below: float = Field(
@@ -159,8 +179,9 @@ class SwarmConfig(Section):
         "divergence-filtered, over ~82% of its fetches fail after retries, or over 70% of its batches are refused; "
         "an honest peer on a flaky link (half of all attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
     )
-    mute_s: float = Field(300.0, gt=0, description="A peer's first mute; each next mute of it lasts twice as long.")
-    mute_max_s: float = Field(3600.0, gt=0, description="The longest mute.")
+    mute_s: float = Field(300.0, gt=0, le=MAX_SECONDS,
+                          description="A peer's first mute; each next mute of it lasts twice as long.")
+    mute_max_s: float = Field(3600.0, gt=0, le=MAX_SECONDS, description="The longest mute.")
 
     @model_validator(mode="after")
     def _ttl_outlives_interval(self) -> "SwarmConfig":

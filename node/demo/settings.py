@@ -21,6 +21,9 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from ftis.node.config import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    MAX_THREADS,
     RUN_ID_PATTERN,
     ConfigError,
     NodeConfig,
@@ -38,19 +41,21 @@ _DEMO_OWNS = ("initial_peers", "run_id")  # [swarm] settings the demo sets for e
 class DemoSection(Section):
     """How the demo runs its processes."""
 
-    rounds: int = Field(150, ge=1, description="Rounds every node runs (one optimizer step each).")
+    rounds: int = Field(150, ge=1, le=MAX_COUNT, description="Rounds every node runs (one optimizer step each).")
     solo: bool = Field(
         True, description="Afterwards, run each node alone (on-policy, its own run) for as many rounds, from the "
         "same warm start and seed, and compare."
     )
     run_id: str = Field("ftis-local-demo", pattern=RUN_ID_PATTERN, description="The swarm's run id.")
     threads_per_node: int = Field(
-        1, ge=1, description="torch threads of each node process (OMP_NUM_THREADS) and of the warm-up: three nodes "
+        1, ge=1, le=MAX_THREADS,
+        description="torch threads of each node process (OMP_NUM_THREADS) and of the warm-up: three nodes "
         "share a few cores."
     )
-    start_timeout_s: float = Field(120.0, gt=0, description="The bootstrap peer must print its address by then.")
+    start_timeout_s: float = Field(120.0, gt=0, le=MAX_SECONDS,
+                                   description="The bootstrap peer must print its address by then.")
     stop_timeout_s: float = Field(
-        30.0, gt=0, description="After SIGTERM, a process gets this long to shut down before SIGKILL."
+        30.0, gt=0, le=MAX_SECONDS, description="After SIGTERM, a process gets this long to shut down before SIGKILL."
     )
 
 

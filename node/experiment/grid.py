@@ -34,6 +34,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from ftis.node.config import (
+    MAX_COUNT,
+    MAX_LEARNING_RATE,
+    MAX_SEED,
     LossVariant,
     ModelConfig,
     NodeConfig,
@@ -73,12 +76,13 @@ class ModelSpec(Section):
     adapter: Literal["full", "lora"] = _NODE_MODEL["adapter"]
     lora_rank: int = _NODE_MODEL["lora_rank"]
     lora_alpha: float = _NODE_MODEL["lora_alpha"]
-    learning_rate: float = Field(gt=0, description="AdamW learning rate of its GRPO steps.")
+    learning_rate: float = Field(gt=0, le=MAX_LEARNING_RATE, description="AdamW learning rate of its GRPO steps.")
     warmup: WarmupConfig | None = Field(
         None, description="A tiny model's supervised warm start (required for one, refused for a pretrained "
         "model); ``arithmetic`` sets its data mix (a specialist's differs from the generalist's).")
     warmup_seed: int | None = Field(
-        None, description="Seeds its warm start (initial weights and training order) instead of the grid's "
+        None, ge=0, le=MAX_SEED,
+        description="Seeds its warm start (initial weights and training order) instead of the grid's "
         "``warmup_seed``: two models of one recipe become two independent models."
     )
 
@@ -120,23 +124,25 @@ class Condition(Section):
 class QuickSettings(Section):
     """What ``--quick`` replaces: a smoke test of every condition in about a minute."""
 
-    seeds: int = Field(ge=1, description="Seeds.")
-    rounds: int = Field(ge=1, description="Rounds per cell.")
-    eval_every: int = Field(ge=1, description="Rounds between evaluations.")
-    eval_problems: int = Field(ge=1, description="Problems per evaluation and split.")
-    warmup_steps: int = Field(ge=1, description="Every model's warm-up steps.")
+    seeds: int = Field(ge=1, le=MAX_COUNT, description="Seeds.")
+    rounds: int = Field(ge=1, le=MAX_COUNT, description="Rounds per cell.")
+    eval_every: int = Field(ge=1, le=MAX_COUNT, description="Rounds between evaluations.")
+    eval_problems: int = Field(ge=1, le=MAX_COUNT, description="Problems per evaluation and split.")
+    warmup_steps: int = Field(ge=1, le=MAX_COUNT, description="Every model's warm-up steps.")
 
 
 class Grid(Section):
     """The whole experiment."""
 
-    seeds: int = Field(ge=1, description="Seeds per condition (cells are paired by seed).")
-    rounds: int = Field(ge=1, description="Rounds per cell: one optimizer step each, for every node.")
-    eval_every: int = Field(ge=1, description="Greedy evaluation at round 0, every N rounds, and after the last.")
-    eval_problems: int = Field(ge=1, description="Problems per evaluation, in-distribution and OOD each.")
+    seeds: int = Field(ge=1, le=MAX_COUNT, description="Seeds per condition (cells are paired by seed).")
+    rounds: int = Field(ge=1, le=MAX_COUNT, description="Rounds per cell: one optimizer step each, for every node.")
+    eval_every: int = Field(ge=1, le=MAX_COUNT,
+                            description="Greedy evaluation at round 0, every N rounds, and after the last.")
+    eval_problems: int = Field(ge=1, le=MAX_COUNT, description="Problems per evaluation, in-distribution and OOD each.")
     id_split: str = Field("test", description="The in-distribution held-out split.")
     ood_split: str = Field("ood", description="The out-of-distribution split.")
-    warmup_seed: int = Field(0, description="Seeds every model's warm start (one per model, shared by all cells).")
+    warmup_seed: int = Field(0, ge=0, le=MAX_SEED,
+                             description="Seeds every model's warm start (one per model, shared by all cells).")
     reference: str = Field(description="The condition paired differences are taken against (a solo one).")
     comparisons: list[tuple[str, str]] = Field(
         default_factory=list, description="More pairs of conditions compared seed by seed, e.g. "

@@ -24,15 +24,15 @@ the peer's latest announcement still lists the batch, it is within the max age a
 muted: a stalling peer costs one deadline per attempt and is asked again only after the backoff. A
 payload refused on its contents (too large, wrong hash, undecodable) is never asked for again.
 
-Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's round and the offset it wants
-the payload from (8 bytes each, big-endian); the server answers with the payload's whole length (8 bytes,
-big-endian; 0 when it no longer holds that batch), then the payload from that offset. The fetcher refuses a
-length above the announced size before reading the body, then checks size, SHA-256 and strict decode
-(``Inbox.open``: charged what decoding takes before anything is inflated), on a thread of its own, one payload
-at a time: the loop never waits on a decode, and one batch's inflated columns at most are being built. A stream that ends early after delivering some bytes is followed by another from where it
-ended, within the same deadline: a relayed connection may be cut after a fixed number of bytes (p2pd's built-in
-relay: 128 KiB each way, docs/nat.md), and a new one carries the rest. A stream that delivers nothing ends the
-attempt.
+Stream exchange (handler ``<run prefix>.batch``): the fetcher sends the batch's round and the offset it wants the
+payload from (8 bytes each, big-endian); the server answers with the payload's whole length (8 bytes, big-endian; 0
+when it no longer holds that batch), then the payload from that offset. The fetcher refuses a length above the
+announced size before reading the body, then checks size, SHA-256 and strict decode (``Inbox.open``: charged what
+decoding takes before anything is inflated), on a thread of its own, one payload at a time: the loop never waits on
+a decode, and one batch's inflated columns at most are being built. A stream that ends early after delivering some
+bytes is followed by another from where it ended, within the same deadline: a relayed connection may be cut after a
+fixed number of bytes (p2pd's built-in relay: 128 KiB each way, docs/nat.md), and a new one carries the rest. A
+stream that delivers nothing ends the attempt.
 
 Threads: all network work runs on one asyncio loop in a daemon thread that this object owns (the
 DHT's P2P replica is bound to the loop that first uses it). ``publish``, ``receive``, ``members``,

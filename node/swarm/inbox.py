@@ -215,8 +215,9 @@ class Inbox:
         key = (peer_id, descriptor.round)
         with self._lock:
             if cost > self._limits.max_bytes:
-                raise Rejected(TOO_LARGE, f"decoding it takes up to {cost} bytes, more than the {self._limits.max_bytes}"
-                                          f" this node holds of all its peers' batches (swarm.max_buffered_bytes)")
+                raise Rejected(TOO_LARGE, f"decoding it takes up to {cost} bytes, more than the "
+                                          f"{self._limits.max_bytes} this node holds of all its peers' batches "
+                                          "(swarm.max_buffered_bytes)")
             others = sum(self._pending.values()) - self._pending.get(key, 0)
             if others + cost > self._limits.max_bytes:
                 raise Rejected(BUFFER_FULL, f"decoding it takes up to {cost} bytes; the batches held leave "
