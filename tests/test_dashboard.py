@@ -7,6 +7,9 @@ Run: python -m pytest tests/test_dashboard.py -q   (a few seconds; the browser's
 import itertools
 import json
 import re
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,7 +25,7 @@ from ftis.node.dashboard.members import MembersWatch
 from ftis.node.dashboard.nodes import NodeWatch
 from ftis.node.dashboard.run import OpenDashboard, node_names
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
-from ftis.node.dashboard.server import Content, DashboardError, check_bind, make_server
+from ftis.node.dashboard.server import Content, DashboardError, DashboardServer, check_bind, make_server
 from ftis.node.figures import declared
 from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.directory import MembersReading
@@ -261,3 +264,39 @@ def test_the_command_refuses_a_public_address_with_its_reason(tmp_path):
     result = CliRunner().invoke(app, ["dashboard", "--host", "0.0.0.0", "--port", "0", "--node", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "error: refusing to serve on 0.0.0.0" in result.output and "--public" in result.output
+
+
+# --- connections that never finish a request --------------------------------------------------------------
+
+
+def serving_threads() -> int:
+    return sum("process_request_thread" in thread.name for thread in threading.enumerate())
+
+
+def test_half_sent_requests_hold_a_bounded_number_of_threads_for_a_bounded_time(tmp_path):
+    """200 connections that send half a request and wait: at most ``max_connections`` threads serve them, the rest
+    are closed at once, and each served one is dropped after the request timeout; a real request then gets its
+    answer."""
+    content = Content("run", 5.0, _Members(), [])
+    server = DashboardServer("127.0.0.1", 0, content, None, request_timeout_s=3.0, max_connections=8)
+    dashboard = OpenDashboard(server, lambda: None)
+    sockets, held = [], 0
+    try:
+        started = time.monotonic()
+        for _ in range(200):
+            sock = socket.create_connection(server.server_address[:2], timeout=5)
+            sock.sendall(b"GET /api/layout HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: never finished
+            sockets.append(sock)
+            held = max(held, serving_threads())
+        while server.turned_away < 192 and time.monotonic() < started + 2.5:
+            held = max(held, serving_threads())
+            time.sleep(0.01)
+        assert held <= 8 and server.turned_away >= 192, (held, server.turned_away)
+        while serving_threads() and time.monotonic() < started + 10:  # the request timeout frees the 8
+            time.sleep(0.05)
+        assert serving_threads() == 0
+        assert get(dashboard.url + "api/layout")[0] == 200  # the slots are free again
+    finally:
+        for sock in sockets:
+            sock.close()
+        dashboard.close()

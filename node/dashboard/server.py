@@ -12,7 +12,10 @@ is set (``check_bind``): what it serves (peer ids, scores, paths of the node fol
 user. On loopback it also refuses a request whose ``Host`` is not the address it serves (a web page
 elsewhere cannot read it through a DNS name pointed at 127.0.0.1). Peers write model names, tokenizer
 names and run ids: the page puts every value into the document as text (``textContent``), and every
-response forbids inline script and anything from another origin (``SECURITY_HEADERS``).
+response forbids inline script and anything from another origin (``SECURITY_HEADERS``). A connection gets
+``REQUEST_TIMEOUT_S`` to send its request, and at most ``MAX_CONNECTIONS`` are served at once, each on a thread;
+one beyond is closed at once: a client that opens connections and never finishes a request holds at most that many
+threads, for at most that long.
 """
 
 import ipaddress
@@ -101,14 +104,38 @@ class Content:
 
 class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True  # a page left open must not hold the process at exit
+    request_queue_size = 128  # connections the kernel holds until accepted (then served, or closed at once)
 
-    def __init__(self, host: str, port: int, content: Content, allowed_hosts: set[str] | None):
+    def __init__(self, host: str, port: int, content: Content, allowed_hosts: set[str] | None,
+                 request_timeout_s: float = defaults.REQUEST_TIMEOUT_S,
+                 max_connections: int = defaults.MAX_CONNECTIONS):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.content = content
+        self.request_timeout_s = request_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.turned_away = 0  # connections closed unanswered: every slot was taken
         self.allowed_hosts = allowed_hosts  # None: any Host header (served on a public address)
         self.static = {path: (resources.files(__package__).joinpath("static", name).read_bytes(), kind)
                        for path, (name, kind) in STATIC.items()}
         super().__init__((host, port), Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread if a slot is free, else close it at once."""
+        if not self._slots.acquire(blocking=False):
+            self.turned_away += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def url(self) -> str:
@@ -120,6 +147,10 @@ class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "ftis-node-dashboard"
     sys_version = ""
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout_s  # the socket's: a request not read whole by then is dropped
+        super().setup()
 
     def do_GET(self) -> None:  # the name http.server calls
         allowed = self.server.allowed_hosts
