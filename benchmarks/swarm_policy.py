@@ -34,7 +34,10 @@ Figures per N (the goals of docs/swarm.md, "How a node reads a large swarm"):
 Churn: every second a share of the peers (``CHURN_PER_S``) leaves (its record stays up to its TTL, and
 fetches of its batches fail) and as many new peers join. Hostile: a share (``HOSTILE_SHARE``) of the peers
 announces a batch dated now at every poll and serves garbage (refused, charged): each node mutes them after
-three refusals; their fetches are counted apart.
+three refusals; their fetches are counted apart, and each holds its fetch slot until the node's next poll (the
+refusal frees it; the node chooses again at its next poll). ``sybils-K``: K such identities beside the N peers;
+``sybils-K-new``: each takes a new identity every ``ROTATE_S`` (a full score again, never muted). The figure that
+matters there: honest batches a step trained on.
 """
 
 import argparse
@@ -65,6 +68,7 @@ COPIES_PER_KEY = 4  # answers carrying each key's dictionary, beam 2 (0.78 MB fo
 RECORDS_PER_SHARD = 16
 CHURN_PER_S = 0.002  # 12% of the swarm replaced per minute
 HOSTILE_SHARE = 0.1
+ROTATE_S = 2.0  # sybils-K-new: a sybil takes a new identity this often, before any node has judged the old one
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Peer:
     rng: random.Random
     listing: tuple = ()  # what its record lists now: ((batch id, created_at), ...), newest first
     pending: list = field(default_factory=list)  # (batch id, peer id) queued for its next step
+    refusing: list = field(default_factory=list)  # (batch id, peer id) fetched and being refused: a slot until the next poll
     seen: set = field(default_factory=set)  # batch ids considered (fetched or refused)
     left_at: float | None = None  # it left: no more publishing, fetches of its batches fail
     read_records: int = 0  # records read after the warm-up...
@@ -102,6 +107,7 @@ class Figures:
     never_fetched: float  # share of measured batches
     measured_batches: int
     hostile_fetches: float  # share of all fetches that went to hostile peers
+    honest_per_step: float  # honest batches a step trained on, on average
     most_remembered: int
     seconds: float  # wall time of the simulation
 
@@ -117,9 +123,12 @@ def sampled_config(peers: int, budget: int) -> SwarmConfig:
 
 class World:
     def __init__(self, peers: int, budget: int, seconds: float, seed: int, churn: float = 0.0,
-                 hostile: float = 0.0):
+                 hostile: float = 0.0, sybils: int = 0, rotate_s: float = 0.0):
+        """``sybils``: identities beside the ``peers`` that re-date a batch "now" at every poll and serve garbage;
+        ``rotate_s`` > 0: each is replaced by a new identity (a full score again) this often."""
         self.config = sampled_config(peers, budget)
         self.budget, self.seconds, self.churn, self.hostile_share = budget, seconds, churn, hostile
+        self.rotate_s, self.scored = rotate_s, bool(hostile or sybils)  # peers keep scores where some are hostile
         self.rng = random.Random(seed)
         self.peers: dict[str, Peer] = {}
         self.shard_members: list[list[str]] = [[] for _ in range(self.config.shards)]
@@ -128,19 +137,21 @@ class World:
         self.batches: dict[str, tuple[float, str]] = {}  # batch id -> (created_at, peer)
         self.fetches: dict[str, int] = defaultdict(int)
         self.ages: list[float] = []
-        self.steps = self.full_steps = 0
+        self.steps = self.full_steps = self.honest_trained = 0
         self.hostile_fetches = self.all_fetches = 0
         self._serial = 0
         for _ in range(peers):
             self.join(0.0)
+        for _ in range(sybils):
+            self.join(0.0, hostile=True)
 
-    def join(self, now: float) -> None:
+    def join(self, now: float, hostile: bool | None = None) -> None:
         self._serial += 1
         peer_id = f"peer{self._serial}"
         shard = zlib.crc32(peer_id.encode()) % self.config.shards
         rng = random.Random(self.rng.random())
-        hostile = self.rng.random() < self.hostile_share
-        reputation = Reputation(self.config.reputation()) if self.hostile_share else None
+        hostile = self.rng.random() < self.hostile_share if hostile is None else hostile
+        reputation = Reputation(self.config.reputation()) if self.scored else None
         # the phase is a whole number of ticks, so each poll and step lands on the clock
         phase = now + self.rng.randrange(int(STEP_S / TICK_S)) * TICK_S
         self.peers[peer_id] = Peer(peer_id, shard, hostile, phase, now, Sampler(self.config.read_settings(), rng),
@@ -166,6 +177,10 @@ class World:
                 self.readable[peer_id] = record
             if self.churn and tick % poll_every == 0:
                 self._churn(now)
+            if self.rotate_s and tick % int(self.rotate_s / TICK_S) == 0 and tick:
+                for sybil in [p for p in self.peers.values() if p.hostile and p.left_at is None]:
+                    self.leave(sybil, now)  # its record stays up to its TTL: its old batches still get refused
+                    self.join(now, hostile=True)
             for peer in list(self.peers.values()):
                 if peer.left_at is not None:
                     continue
@@ -192,6 +207,7 @@ class World:
             if now >= max(WARMUP_S, peer.joined_at + STEP_S):  # after the warm-up, and a joiner's first step
                 self.steps += 1
                 self.full_steps += len(peer.pending) >= self.budget
+                self.honest_trained += len(peer.pending)
             peer.pending = []  # the trainer takes them: room for the next budget
             self.publish(peer, now)
 
@@ -207,6 +223,7 @@ class World:
             peer.polls += 1
         peer.sampler.remember(read)
         peer.most_remembered = max(peer.most_remembered, len(peer.sampler))
+        peer.refusing = []  # refused since the last poll: their slots are free
         room = self.budget - len(peer.pending)
         if room <= 0:
             return
@@ -219,10 +236,15 @@ class World:
             scores = {other: s.score for other, s in peer.reputation.snapshot(now).items()}
         ranked = rank_offers(offers, now, self.config.poll_interval_s, peer.rng, scores, self.config.fetch_horizon())
         for offer in pick(ranked, room, busy, lambda offer: self._accept(peer, offer, now)):
-            peer.pending.append((offer.item, offer.peer_id))
+            if self.peers[offer.peer_id].hostile:
+                peer.refusing.append((offer.item, offer.peer_id))
+            else:
+                peer.pending.append((offer.item, offer.peer_id))
 
     def _accept(self, peer: Peer, offer: Offer, now: float) -> bool:
-        """The fetch: True if a batch arrived (what the node's ``Inbox.consider`` and the fetch decide)."""
+        """The fetch: True if it takes a slot (what the node's ``Inbox.consider`` decides: a live peer's batch,
+        not muted). A hostile peer's garbage takes its slot until the refusal, before the next poll; a departed
+        peer's fetch fails at once."""
         peer.seen.add(offer.item)
         if peer.reputation is not None and peer.reputation.muted(offer.peer_id, now):
             return False
@@ -235,7 +257,7 @@ class World:
         if publisher.hostile:
             self.hostile_fetches += 1
             peer.reputation.refused(offer.peer_id, now)
-            return False
+            return True
         self.fetches[offer.item] += 1
         created_at = self.batches[offer.item][0]
         if now >= WARMUP_S:
@@ -268,6 +290,7 @@ class World:
             never_fetched=sum(1 for c in counts if c == 0) / len(counts) if counts else 0.0,
             measured_batches=len(counts),
             hostile_fetches=self.hostile_fetches / self.all_fetches if self.all_fetches else 0.0,
+            honest_per_step=self.honest_trained / self.steps if self.steps else 0.0,
             most_remembered=max((p.most_remembered for p in honest), default=0), seconds=wall)
 
 
@@ -284,23 +307,27 @@ def _draw(rng: random.Random, mean: float) -> int:
 
 
 def simulate(peers: int, budget: int, seconds: float, seed: int, scenario: str) -> Figures:
+    """One run. ``scenario``: honest, churn, hostile, or ``sybils-K`` (K re-dating identities beside the peers)
+    and ``sybils-K-new`` (each replaced by a new identity every ``ROTATE_S``)."""
     started = time.perf_counter()
+    sybils = int(scenario.split("-")[1]) if scenario.startswith("sybils-") else 0
     world = World(peers, budget, seconds, seed, churn=CHURN_PER_S if scenario == "churn" else 0.0,
-                  hostile=HOSTILE_SHARE if scenario == "hostile" else 0.0)
+                  hostile=HOSTILE_SHARE if scenario == "hostile" else 0.0, sybils=sybils,
+                  rotate_s=ROTATE_S if scenario.endswith("-new") else 0.0)
     world.run()
     return world.figures(scenario, time.perf_counter() - started)
 
 
 def table(rows: list[Figures], budget: int) -> str:
     header = ("| scenario | peers | shards | read KB/s per node | all shards KB/s | steps | with budget | "
-              "age p50 / p95 s | fetches per batch p50 / p99 | never fetched | hostile fetches | "
-              "peers remembered | wall s |")
+              "honest batches a step | age p50 / p95 s | fetches per batch p50 / p99 | never fetched | "
+              "hostile fetches | peers remembered | wall s |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for f in rows:
         lines.append(
             f"| {f.scenario} | {f.peers:,} | {f.shards} | {f.read_bytes_per_s / 1e3:,.0f} | "
             f"{f.full_read_bytes_per_s / 1e3:,.0f} | {f.steps:,} | {100 * f.steps_with_budget:.2f}% | "
-            f"{f.age_p50:.2f} / {f.age_p95:.2f} | {f.fetches_p50:.0f} / {f.fetches_p99:.0f} | "
+            f"{f.honest_per_step:.2f} | {f.age_p50:.2f} / {f.age_p95:.2f} | {f.fetches_p50:.0f} / {f.fetches_p99:.0f} | "
             f"{100 * f.never_fetched:.2f}% of {f.measured_batches:,} | {100 * f.hostile_fetches:.1f}% | "
             f"{f.most_remembered} | {f.seconds:.1f} |")
     return "\n".join(lines)
@@ -332,7 +359,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peers", default=None, help="swarm sizes (default 100,1000,10000; quick 100,1000)")
     parser.add_argument("--budget", type=int, default=8, help="swarm.fetch_budget: batches a step")
     parser.add_argument("--seconds", type=float, default=None, help="simulated seconds (default 120; quick 45)")
-    parser.add_argument("--scenarios", default=None, help="honest,churn,hostile (default all; quick honest)")
+    parser.add_argument("--scenarios", default=None, help="honest,churn,hostile (default all; quick honest), "
+                                                           "sybils-K, sybils-K-new")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     sizes = [int(n) for n in (args.peers or ("100,1000" if args.quick else "100,1000,10000")).split(",")]

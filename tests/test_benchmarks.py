@@ -190,6 +190,18 @@ def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(be
     assert "MISSED" not in printed, printed
 
 
+def test_re_dating_sybils_with_new_identities_take_slots_but_not_the_honest_batches_of_a_step(benchmarks):
+    """16 identities beside 8 honest peers, each announcing a batch dated now at every poll, serving garbage, and
+    taking a new identity (a full score) every 2 s: they take fetch slots, and steps still get 3/4 of their
+    budget in honest batches and more (docs/swarm.md: a drop over a quarter would call for a fix)."""
+    policy = benchmarks("swarm_policy")
+    clean = policy.simulate(9, 4, 150.0, 0, "honest")
+    attacked = policy.simulate(9, 4, 150.0, 0, "sybils-16-new")
+    assert attacked.hostile_fetches > 0.1  # they did take slots
+    assert clean.honest_per_step == 4.0
+    assert attacked.honest_per_step >= 0.75 * clean.honest_per_step
+
+
 def test_tokenizations_lists_every_segmentation_into_the_vocabulary(benchmarks):
     gap = benchmarks("tokenization_gap")
     pieces = {"1": [10], "2": [11], "12": [12], "<a>": [13], "<": [14], "a": [15], ">": [16]}
