@@ -83,7 +83,7 @@ class Peer:
     rng: random.Random
     listing: tuple = ()  # what its record lists now: ((batch id, created_at), ...), newest first
     pending: list = field(default_factory=list)  # (batch id, peer id) queued for its next step
-    refusing: list = field(default_factory=list)  # (batch id, peer id) fetched and being refused: a slot until the next poll
+    refusing: list = field(default_factory=list)  # (batch id, peer id) being refused: a slot until the next poll
     seen: set = field(default_factory=set)  # batch ids considered (fetched or refused)
     left_at: float | None = None  # it left: no more publishing, fetches of its batches fail
     read_records: int = 0  # records read after the warm-up...
@@ -327,7 +327,8 @@ def table(rows: list[Figures], budget: int) -> str:
         lines.append(
             f"| {f.scenario} | {f.peers:,} | {f.shards} | {f.read_bytes_per_s / 1e3:,.0f} | "
             f"{f.full_read_bytes_per_s / 1e3:,.0f} | {f.steps:,} | {100 * f.steps_with_budget:.2f}% | "
-            f"{f.honest_per_step:.2f} | {f.age_p50:.2f} / {f.age_p95:.2f} | {f.fetches_p50:.0f} / {f.fetches_p99:.0f} | "
+            f"{f.honest_per_step:.2f} | {f.age_p50:.2f} / {f.age_p95:.2f} | "
+            f"{f.fetches_p50:.0f} / {f.fetches_p99:.0f} | "
             f"{100 * f.never_fetched:.2f}% of {f.measured_batches:,} | {100 * f.hostile_fetches:.1f}% | "
             f"{f.most_remembered} | {f.seconds:.1f} |")
     return "\n".join(lines)
