@@ -5,6 +5,12 @@ It installs the run's record validators like every node, so it stores and serves
 signed announcements, and it logs how many peers it sees every ``log_interval_s``, and what its relay did (libp2p's
 own counts, ``p2pd_metrics.py``). The CLI starts it as
 publicly reachable and, unless ``--no-relay``, offering a relay to members behind a NAT (docs/nat.md).
+
+Which relay answers is decided at ``p2pd``'s start: the service bounded by the ``relay_*`` settings, or the one
+``p2pd`` starts beside it with go-libp2p's default bounds (``BUILTIN_RELAY``), which ``--no-relay`` does not stop
+either. Only the bounded service counts in the metrics, so the bootstrap tells them apart after the fact: members
+that announce a slot on it while the bounded service gave none since the start hold it on the built-in one
+(``builtin_slots``); it says so plainly, once, and on each periodic line after.
 """
 
 import logging
@@ -16,10 +22,32 @@ from functools import partial
 from pathlib import Path
 
 from ftis.node.config import SwarmConfig
+from ftis.node.swarm.p2pd_metrics import RelayCounters
+from ftis.node.swarm.transport import Member
 
 logger = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = 30.0  # the periodic line's DHT reads: a busy DHT delays the line, a lost call skips it
+# go-libp2p's default relay resources, which p2pd's built-in relay runs with (relay.DefaultResources); the data bound
+# measured across the NAT namespaces (benchmarks/relay_limits.py: at most 98,304 payload bytes a connection)
+BUILTIN_RELAY = "128 KiB each way and 2 min per relayed connection, 16 at once per peer"
+
+
+def builtin_slots(peer_id: str, members: list[Member], counters: RelayCounters | None) -> int:
+    """Members announcing a slot on this relay (``peer_id``) that its bounded service did not give: all of them when
+    that service gave none since ``p2pd`` started, else 0 (so is it when the counters cannot be read)."""
+    if counters is None or counters.slots_given > 0:
+        return 0
+    return sum(peer_id in member.relays for member in members)
+
+
+def builtin_warning(held: int, relay_service: bool) -> str:
+    """What the bootstrap says when ``held`` members hold slots on ``p2pd``'s built-in relay."""
+    bounds = "the relay_* settings say" if relay_service else "--no-relay says"
+    return (f"WARNING: p2pd's built-in relay is answering, not the configured one: {held} member"
+            f"{'s announce' if held != 1 else ' announces'} a slot on this relay and its bounded service gave none. "
+            f"Its bounds are {BUILTIN_RELAY}, whatever {bounds}; which relay answers is decided when p2pd starts "
+            "(docs/nat.md)")
 
 
 def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[str], None],
@@ -57,16 +85,12 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
                              f"{type(error).__name__}: {error}") from None
         echo(f"bootstrap peer {peer_id} for run {config.run_id!r} is up "
              f"(start-up {ready - started:.1f} s; hivemind and torch were imported after {imported - started:.1f} s)")
-        if config.relay_service:
-            echo(f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "
-                 f"{config.relay_max_circuits} relayed connections per peer, "
-                 f"{_kib(config.relay_data_limit_bytes)} each way per connection; --no-relay turns it off)")
-        else:
-            echo("relay: off (members behind a NAT need another relay: [swarm] relays)")
+        for line in relay_lines(config):
+            echo(line)
         echo("nodes join with:")
         for maddr in maddrs:
             echo(f"  ftis-node join --peer {maddr}")
-        next_log = time.monotonic() + log_interval_s
+        next_log, warned = time.monotonic() + log_interval_s, False
         while not stop():
             time.sleep(min(0.2, log_interval_s))
             if time.monotonic() >= next_log:
@@ -82,13 +106,31 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
                 count = len(reading.members) if reading.complete else f"~{reading.estimated_total:,}"
                 line = (f"{time.strftime('%H:%M:%S')} DHT peers in view: {neighbours}; "
                         f"members announcing in run {config.run_id!r}: {count}")
-                relay = read_counters(metrics_port) if config.relay_service else None
-                if relay is not None:
+                relay = read_counters(metrics_port)
+                if relay is not None and config.relay_service:
                     line += (f"; relay: {relay.slots_given} slots given, {relay.refusals} refused, {relay.circuits} "
                              f"relayed connections, {relay.relayed_bytes / 2**20:.1f} MiB carried")
+                held = builtin_slots(peer_id, reading.members, relay)
+                if held:
+                    line += f"; p2pd's built-in relay holds {held} slot{'s' if held != 1 else ''}"
+                    if not warned:
+                        echo(builtin_warning(held, config.relay_service))
+                        warned = True
                 echo(line)
     finally:
         dht.shutdown()
+
+
+def relay_lines(config: SwarmConfig) -> list[str]:
+    """The start-up lines about the relay: the configured bounds, and the built-in relay's that may apply instead."""
+    builtin = f"p2pd's built-in relay may answer in its place ({BUILTIN_RELAY}); the periodic line says when it does"
+    if not config.relay_service:
+        return ["relay: off (members behind a NAT need another relay: [swarm] relays)",
+                f"relay: {builtin.replace('in its place', 'all the same')}"]
+    return [f"relay: on, for members behind a NAT (at most {config.relay_max_reservations} slots, "
+            f"{config.relay_max_circuits} relayed connections at once per peer, "
+            f"{_kib(config.relay_data_limit_bytes)} each way and {config.relay_time_limit_s:g} s per connection; "
+            "--no-relay turns it off)", f"relay: {builtin}"]
 
 
 async def _count_neighbours(_dht: object, node: object) -> int:
