@@ -72,9 +72,10 @@ def test_bootstrap_prints_its_address_keeps_its_identity_and_stops_cleanly_on_si
         assert status == 0, f"{run} run:\n{output}"
         assert "stopped" in output
         assert "Traceback" not in output
-        relay = "at most 7 slots, 8 relayed connections per peer, 64 KiB each way" if config else \
-            "at most 128 slots, 8 relayed connections per peer, 1024 MiB each way"
+        relay = "at most 7 slots, 8 relayed connections at once per peer, 64 KiB each way and 1800 s" if config \
+            else "at most 128 slots, 8 relayed connections at once per peer, 1024 MiB each way and 1800 s"
         assert relay in output, output
+        assert "p2pd's built-in relay may answer in its place (128 KiB each way" in output, output
         assert _running(family, timeout=10) == [], f"{run} run left processes running"
         assert stat.S_IMODE(os.stat(identity).st_mode) == 0o400  # owner-only, read-only
     assert peer_ids[0] == peer_ids[1]
