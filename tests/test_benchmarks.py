@@ -8,6 +8,8 @@ Run: python -m pytest tests/test_benchmarks.py -q
 
 import importlib
 import re
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +202,20 @@ def test_re_dating_sybils_with_new_identities_take_slots_but_not_the_honest_batc
     assert attacked.hostile_fetches > 0.1  # they did take slots
     assert clean.honest_per_step == 4.0
     assert attacked.honest_per_step >= 0.75 * clean.honest_per_step
+
+
+def test_real_speed_measures_a_ceiling_and_says_why_llama_cpp_is_left_out(benchmarks, monkeypatch, tmp_path):
+    speed = benchmarks("real_speed")
+    monkeypatch.setattr(speed, "MATRIX", 256)
+    rate = speed.ceiling("float32", 1)
+    assert rate is not None and 1e8 < rate < 1e13  # FLOP/s of a real product, not a constant
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # an import of it fails
+    assert "pip install llama-cpp-python" in speed.why_no_llama(tmp_path / "model.gguf")
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))
+    assert speed.why_no_llama(None) == "no GGUF file given (--gguf NAME=FILE)"
+    assert speed.why_no_llama(tmp_path / "model.gguf") == f"no GGUF file at {tmp_path / 'model.gguf'}"
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    assert speed.why_no_llama(tmp_path / "model.gguf") is None
 
 
 def test_tokenizations_lists_every_segmentation_into_the_vocabulary(benchmarks):
