@@ -33,6 +33,7 @@ from ftis.protocol.schema import (
 __all__ = [
     "PROTOCOL_VERSION",
     "Completion",
+    "CompressedBatch",
     "DecodeError",
     "EncodeError",
     "Group",
@@ -42,8 +43,7 @@ __all__ = [
     "SamplingSettings",
     "TaskRef",
     "TokenizerInfo",
-    "CompressedBatch",
     "decode",
-    "read",
     "encode",
+    "read",
 ]
