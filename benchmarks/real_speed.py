@@ -10,11 +10,13 @@ PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each m
 
 Figures, one process, ``--threads`` torch threads (default: every CPU):
 1. The ceiling: the machine's matrix-multiply rate, ``torch.mm`` of two 2048 × 2048 matrices (2·n³ FLOPs), in
-   float32 and bfloat16, the best of ``--repeats`` timed runs of 10 products each.
-2. Generation through the node's own backend (``make_generator("transformers")``, as a node samples): one prompt
-   of the arithmetic task after solved examples (~300 tokens, the tokenizer's chat template where it has one) ×
-   G completions, for (G, max new tokens) = (8, 128) and (16, 64) (two prompts × 8), at T = 1 with no stop
-   string, so completions run to the cap or the end token. Tokens/s = completion tokens / the median call; the
+   float32 and bfloat16, the best of ``--repeats`` timed runs of 10 products each (a dtype whose one 512² product
+   runs under 5 GFLOP/s, bfloat16 without a kernel for this CPU, is reported from that product alone).
+2. Generation through the node's own backend (``make_generator("transformers")``, as a node samples): prompts as
+   the real-model demo renders them (``examples/demo-real.toml``: two-digit additions after the same 8 solved
+   examples, the plain layout, the begin-of-sequence token where the tokenizer wants one), G = 8 completions each,
+   for (completions, max new tokens) = (8, 128) and (16, 64) (two prompts × 8), at T = 1 with no stop string, so
+   completions run to the cap or the end token. Tokens/s = completion tokens / the median call; the
    fraction of the ceiling counts 2 × parameters FLOPs a generated token.
 3. llama.cpp (``llama_cpp.Llama`` on the GGUF the model was converted from: quantized weights, as a CPU user
    runs it): the same prompt ids, the same number of completions of the same caps, one after another (its Python
@@ -39,6 +41,8 @@ SHAPES = ((8, 128), (16, 64))  # (completions, max new tokens) per call
 QUICK_SHAPES = ((8, 16),)
 MATRIX = 2048
 PRODUCTS = 10
+PROBE = 512  # one product of this size first: a dtype slower than SLOW_FLOPS is reported from it alone
+SLOW_FLOPS = 5e9
 
 
 @dataclass
@@ -60,6 +64,12 @@ def ceiling(dtype_name: str, repeats: int) -> float | None:
         torch.mm(a, b)
     except RuntimeError:
         return None
+    small = a[:PROBE, :PROBE].contiguous(), b[:PROBE, :PROBE].contiguous()
+    started = time.perf_counter()
+    torch.mm(*small)
+    probe = 2 * PROBE**3 / (time.perf_counter() - started)
+    if probe < SLOW_FLOPS:  # no fast kernel (bfloat16 on a CPU without it): the full products would take minutes
+        return probe
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
@@ -69,10 +79,14 @@ def ceiling(dtype_name: str, repeats: int) -> float | None:
     return PRODUCTS * 2 * MATRIX**3 / best
 
 
-def prompts_for(tokenizer, count: int) -> list[np.ndarray]:
-    from benchmarks.trainer import few_shot_prompts
+def prompts_for(policy, count: int) -> list[np.ndarray]:
+    """``count`` prompts of the real-model demo's task, rendered by the node's own ``Prompter``."""
+    from ftis.node.tasks import make_task
+    from ftis.node.tasks.prompts import policy_prompter
 
-    return few_shot_prompts(tokenizer, count)
+    task = make_task("arithmetic", max_digits=2, operations="+", format="plain", operand_draw="value")
+    prompter = policy_prompter(policy, task, chat_template="off", bos="auto", few_shot=8)
+    return [prompter.ids(task.problem("train", k)) for k in range(count)]
 
 
 def node_generation(policy, completions: int, max_new_tokens: int, repeats: int) -> tuple[float, int]:
@@ -82,7 +96,7 @@ def node_generation(policy, completions: int, max_new_tokens: int, repeats: int)
     from ftis.protocol import SamplingSettings
 
     group = min(completions, 8)
-    prompts = prompts_for(policy.tokenizer, completions // group)
+    prompts = prompts_for(policy, completions // group)
     config = GenerationConfig(group_size=group, max_new_tokens=max_new_tokens, batch_size=completions)
     generator = make_generator("transformers", policy, config)
     sampling = SamplingSettings(1.0, 1.0, 0, max_new_tokens)
@@ -167,9 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     ggufs = dict(item.split("=", 1) for item in args.gguf)
     print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, load average "
           f"{load_average()} at start; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    peak = {name: ceiling(name, repeats) for name in ("float32", "bfloat16")}
-    for name, rate in peak.items():
-        print(f"ceiling, torch.mm {MATRIX}² {name}: " + (f"{rate / 1e9:,.1f} GFLOP/s" if rate else "no kernel here"))
+    peak = {}
+    for name in ("float32", "bfloat16"):
+        rate = peak[name] = ceiling(name, repeats)
+        size = PROBE if rate is not None and rate < SLOW_FLOPS else MATRIX
+        print(f"ceiling, torch.mm {size}² {name}: " + (f"{rate / 1e9:,.1f} GFLOP/s" if rate else "no kernel here"),
+              flush=True)
     f32 = peak["float32"]
     assert f32 is not None
     rows: list[tuple[str, ...]] = [("model", "what", "tokens/s", "of the fp32 ceiling", "tokens a call / note")]
@@ -186,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             print(" | ".join(rows[-1]), flush=True)
             if missing is None:
                 assert gguf is not None
-                prompt = prompts_for(policy.tokenizer, 1)[0]
+                prompt = prompts_for(policy, 1)[0]
                 rate, tokens = llama_generation(gguf, prompt, completions, length, args.threads, repeats)
                 rows.append((name, f"llama.cpp ({gguf.name}), {completions} × {length}", f"{rate:,.1f}", "—",
                              str(tokens)))
