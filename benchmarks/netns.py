@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,20 @@ HOME_NET = "10.77.2.0/24"
 _COMMAND_TIMEOUT_S = 10.0  # one ip/iptables command
 _MAX_PROCESSES = 16  # processes one topology may run at once
 _KILL_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
+
+
+def benchmark_start() -> str | None:
+    """What a benchmark on these namespaces prints first (CPUs, load average, hivemind's version); or None, after
+    saying on standard error why they cannot be built here (the benchmark then exits with status 2)."""
+    reason = cannot_build()
+    if reason is not None:
+        print(f"cannot build the NAT topology: {reason}", file=sys.stderr)
+        return None
+    import hivemind
+
+    load = os.getloadavg()
+    return (f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; "
+            f"hivemind {hivemind.__version__}")
 
 
 def cannot_build() -> str | None:

@@ -325,18 +325,13 @@ def main(argv: list[str] | None = None) -> int:
                         "the home node's own connection to it then carries its batches (via direct)")
     parser.add_argument("--logs", type=Path, help="a folder to write each process's output to")
     args = parser.parse_args(argv)
-    from benchmarks.netns import cannot_build
+    from benchmarks.netns import benchmark_start
 
-    reason = cannot_build()
-    if reason is not None:
-        print(f"cannot build the NAT topology: {reason}", file=sys.stderr)
+    line = benchmark_start()
+    if line is None:
         return 2
-    import hivemind
-
     started = time.monotonic()
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; "
-          f"hivemind {hivemind.__version__}", flush=True)
+    print(line, flush=True)
     try:
         rows, startup, cpu = run(args.quick, args.logs, args.member_fetcher)
     except BenchError as error:

@@ -243,18 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one start per setting: about 3 minutes")
     parser.add_argument("--logs", type=Path, help="a folder to write each process's output to")
     args = parser.parse_args(argv)
-    from benchmarks.netns import cannot_build
+    from benchmarks.netns import benchmark_start
 
-    reason = cannot_build()
-    if reason is not None:
-        print(f"cannot build the NAT topology: {reason}", file=sys.stderr)
+    line = benchmark_start()
+    if line is None:
         return 2
-    import hivemind
-
     started = time.monotonic()
-    load = os.getloadavg()
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f} at start; hivemind {hivemind.__version__}", flush=True)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; {line}", flush=True)
     try:
         starts = run(args.quick, args.logs)
     except BenchError as error:
