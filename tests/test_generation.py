@@ -573,3 +573,41 @@ def test_prompts_sharing_a_prefix_give_what_each_gives_alone(model):
             recomputed = processed_logprobs(logits, 1.0).gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
             worst = max(worst, (recomputed - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
     assert worst < TOLERANCE
+
+
+@pytest.mark.parametrize("window", [64, 4], ids=["window-past-everything", "window-of-4"])
+def test_repeated_prompts_and_a_sliding_window_give_what_each_prompt_gives_alone(window):
+    # Each distinct prompt is prefilled once and copied to its G rows, after the prefix they share. A sliding
+    # window counts cache slots, so the padding between that prefix and a shorter prompt's own tokens would hide
+    # real tokens from it: a window shorter than the sequence prefills each prompt whole.
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, sliding_window=window, max_position_embeddings=128, eos_token_id=EOS,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"]))  # fmt: skip
+    rng = np.random.default_rng(8)
+    prefix = rng.integers(3, VOCAB, size=12)
+    prompts = [np.concatenate([prefix, rng.integers(3, VOCAB, size=n)]) for n in (1, 6, 3)]
+    sampled = TransformersGenerator(model, batch_size=6).generate(prompts, 2, SamplingSettings(1.0, 1.0, 0, 8), seed=4)
+    worst = 0.0
+    for prompt, group in zip(prompts, sampled, strict=True):
+        for c in group:
+            logits = teacher_forced_logits(model, prompt, c.token_ids)
+            recomputed = processed_logprobs(logits, 1.0).gather(-1, torch.as_tensor(c.token_ids)[:, None]).squeeze(-1)
+            worst = max(worst, (recomputed - torch.as_tensor(c.sampler_logprobs)).abs().max().item())
+    assert worst < TOLERANCE
+
+
+def test_each_distinct_prompt_is_prefilled_once(model):
+    # A group's G copies of its prompt are one row of the prefill; decoding then runs every row.
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        TransformersGenerator(model, batch_size=64).generate(PROMPTS, G, SamplingSettings(1.0, 1.0, 0, 4), seed=0)
+    finally:
+        hook.remove()
+    assert shapes[0] == (len(PROMPTS), max(len(p) for p in PROMPTS))  # these prompts share no prefix
+    assert all(rows == len(PROMPTS) * G and width == 1 for rows, width in shapes[1:])

@@ -18,9 +18,9 @@ left-padded (so every row's next token sits in the last column), prefilled once,
 token per step for every row until each has sampled an end-of-sequence token, completed a stop string
 (``stops.py``) or reached ``max_new_tokens``. A finished row keeps being fed padding (cheaper than reshaping the
 cache) and its later tokens are never returned. Positions are counted from each row's first real token, so a
-padded row sees the same positions it would alone. The prefill computes once what every row of the chunk starts
-with (``_prefill``): a group's G copies of its prompt, and the instruction and solved examples every problem's
-prompt shares, which with a few-shot prompt is nearly all of it (300 tokens against a 15-token question).
+padded row sees the same positions it would alone. The prefill runs each distinct prompt once, not once per
+completion (a group's G copies share it), and the instruction and solved examples every problem's prompt starts
+with once for all of them, which with a few-shot prompt is nearly all of it (``_prefill``).
 
 Deterministic for a given seed, prompts, settings, ``batch_size`` and device: the draws come from one
 ``torch.Generator`` consumed chunk by chunk.
@@ -139,7 +139,7 @@ def _decode_chunk(
     stop: StopStrings | None = None,
 ) -> list[GeneratedCompletion]:
     device = eos_ids.device
-    logits, mask, positions, cache = _prefill(forward, prompts, pad_token_id, device)
+    logits, mask, positions, cache = _prefill(forward, prompts, pad_token_id, device, max_new_tokens)
 
     B = len(prompts)
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
@@ -174,28 +174,54 @@ def _decode_chunk(
     ]
 
 
-def _prefill(forward: _Forward, prompts: Sequence[np.ndarray], pad_token_id: int,
-             device: torch.device) -> tuple[Tensor, Tensor, Tensor, DynamicCache]:
+def _prefill(forward: _Forward, prompts: Sequence[np.ndarray], pad_token_id: int, device: torch.device,
+             max_new_tokens: int) -> tuple[Tensor, Tensor, Tensor, DynamicCache]:
     """The prompts through the model: the last position's logits (B, V), the attention mask (B, L) and the
     positions (B, ·) the decoding continues from, and the filled cache.
 
-    The tokens every prompt of the chunk starts with (a group's G copies of one prompt; an instruction and its
-    solved examples, shared by every problem) go through once, and the cache of that prefix is copied to every
-    row; then each row's own tokens follow, left-padded after the prefix (padding is masked, and positions count
-    real tokens only, so each row sees the positions it would alone)."""
-    shared = shared_prefix(prompts)
+    Each distinct prompt goes through once (a group's G copies are one row of the prefill), and its cache, logits,
+    mask and positions are copied to each of its rows. The tokens every distinct prompt starts with (an
+    instruction and its solved examples, shared by every problem) go through once before them, and the cache of
+    that prefix is copied to every distinct prompt; then each one's own tokens follow, left-padded after the
+    prefix (padding is masked, and positions count real tokens only, so each row sees the positions it would
+    alone). A sliding window counts cache slots, padding included: a model whose window is shorter than the
+    longest prompt and its completion prefills each prompt whole, as the trainer does (``trainer/logprobs.py``)."""
+    distinct, rows = _distinct(prompts)
+    shared = shared_prefix(distinct)
+    window = getattr(getattr(forward.model, "config", None), "sliding_window", None)
+    if shared and window is not None and max(len(prompt) for prompt in distinct) + max_new_tokens > window:
+        shared = 0
     cache = forward.new_cache()
     if not shared:
-        ids, mask = _left_pad(prompts, pad_token_id, device)  # (B, P)
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, P): 0 at each row's first real token
-        return forward(ids, mask, positions, cache), mask, positions, cache
-    head = torch.as_tensor(np.asarray(prompts[0][:shared], dtype=np.int64), device=device)[None]  # (1, S)
-    forward(head, torch.ones_like(head), torch.arange(shared, device=device)[None], cache)
-    cache.batch_repeat_interleave(len(prompts))
-    tails, tail_mask = _left_pad([prompt[shared:] for prompt in prompts], pad_token_id, device)  # (B, T)
-    mask = torch.cat([tail_mask.new_ones((len(prompts), shared)), tail_mask], dim=-1)  # (B, S + T)
-    positions = (mask.cumsum(dim=-1) - 1)[:, shared:]  # (B, T): the tails continue from position S
-    return forward(tails, mask, positions, cache), mask, positions, cache
+        ids, mask = _left_pad(distinct, pad_token_id, device)  # (U, P)
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)  # (U, P): 0 at each row's first real token
+    else:
+        head = torch.as_tensor(np.asarray(distinct[0][:shared], dtype=np.int64), device=device)[None]  # (1, S)
+        forward(head, torch.ones_like(head), torch.arange(shared, device=device)[None], cache)
+        cache.batch_repeat_interleave(len(distinct))
+        ids, tail_mask = _left_pad([prompt[shared:] for prompt in distinct], pad_token_id, device)  # (U, T)
+        mask = torch.cat([tail_mask.new_ones((len(distinct), shared)), tail_mask], dim=-1)  # (U, S + T)
+        positions = (mask.cumsum(dim=-1) - 1)[:, shared:]  # (U, T): the tails continue from position S
+    logits = forward(ids, mask, positions, cache)  # (U, V)
+    if len(distinct) == len(prompts):
+        return logits, mask, positions, cache
+    index = torch.as_tensor(rows, device=device)  # (B,) each row's distinct prompt
+    cache.batch_select_indices(index)
+    return logits[index], mask[index], positions[index], cache
+
+
+def _distinct(prompts: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[int]]:
+    """The distinct prompts in order of first appearance, and for each prompt the index of its distinct one."""
+    first: dict[bytes, int] = {}
+    distinct: list[np.ndarray] = []
+    rows: list[int] = []
+    for prompt in prompts:
+        key = np.asarray(prompt, dtype=np.int64).tobytes()
+        if key not in first:
+            first[key] = len(distinct)
+            distinct.append(prompt)
+        rows.append(first[key])
+    return distinct, rows
 
 
 def _stop_strings_ended(stop: StopStrings, tokens: Tensor, t: int, active: Tensor) -> Tensor:
