@@ -29,7 +29,10 @@ Each part (full fine-tuning, then LoRA) runs in a process of its own (one vLLM e
    weights' recompute as they were to the first weights' before any sync (mean gap ≤ 3 × that, or a tenth
    of the dtype's tolerance) and closer than to the old weights'; the backend's stats must count every sync
    and name the trainer's version as the engine's.
-5. Throughput: generated tokens/s (sync excluded), trained tokens/s, seconds per sync.
+5. Throughput, as ``benchmarks/real_speed.py`` prints a CPU's: the device's matrix-multiply rate in the part's
+   dtype (the ceiling), generated tokens/s (sync excluded) and its fraction of the ceiling at 2 × parameters FLOPs
+   a token, tokens the training step's forward passes computed per second and its fraction at 6 × parameters
+   FLOPs a token, seconds per sync.
 
 ``--device cpu`` with vLLM's CPU build runs the same checks on real vLLM without a GPU (``--size tiny``: its
 attention needs heads ≥ 32 wide; ``--dtype float32``: tolerances mean 1e-3, max 0.05). ``--stand-in`` (only
@@ -168,6 +171,8 @@ def weights(model, snapshot: dict) -> Iterator[None]:
 
 
 def run_part(adapter: str, args: argparse.Namespace) -> list[Check]:
+    from benchmarks.real_speed import MATRIX, ceiling
+    from benchmarks.trainer import step_work
     from ftis.node.config import GenerationConfig, LossConfig, TrainerConfig, VllmConfig
     from ftis.node.generation import make_generator
     from ftis.node.generation.vllm_backend import VllmGenerator
@@ -226,7 +231,8 @@ def run_part(adapter: str, args: argparse.Namespace) -> list[Check]:
 
     # --- F-TIS steps with weight sync -----------------------------------------------------------------
     lr = args.lr if args.lr is not None else (2e-3 if adapter == "lora" else 2e-4)
-    trainer = Trainer(model, adapter, LossConfig(), TrainerConfig(learning_rate=lr, max_tokens_per_microbatch=4096))
+    trainer_config = TrainerConfig(learning_rate=lr, max_tokens_per_microbatch=4096)
+    trainer = Trainer(model, adapter, LossConfig(), trainer_config)
     sampling = SamplingSettings(1.0, 1.0, 0, args.max_new_tokens)
     previous, snapshot, train_tokens, train_seconds = None, None, 0, 0.0
     for step in range(args.steps + 1):
@@ -252,16 +258,27 @@ def run_part(adapter: str, args: argparse.Namespace) -> list[Check]:
             break
         snapshot = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
         metrics = trainer.step(groups)
-        train_tokens, train_seconds = train_tokens + metrics.tokens, train_seconds + metrics.seconds
+        train_tokens += step_work(model, groups, trainer_config)[1]
+        train_seconds += metrics.seconds
         print(f"{tag} step {step + 1}: loss {metrics.loss:+.5f}, IS weight mean {metrics.is_weight_mean:.4f} "
               f"max {metrics.is_weight_max:.3f}, truncated {metrics.truncated_fraction:.2%}, "
               f"mean reward {np.mean([g.rewards.mean() for g in groups]):.4f}", flush=True)
         previous = generated
     stats = generator.stats()
-    print(f"{tag} throughput: generation {gen_tokens / gen_seconds:,.0f} tokens/s ({gen_tokens} tokens, "
-          f"{args.prompts} prompts × {args.group_size}), training {train_tokens / max(train_seconds, 1e-9):,.0f} "
-          f"tokens/s, weight sync {stats.weight_sync_seconds / max(stats.weight_syncs, 1):.3f} s each "
-          f"({stats.weight_syncs} syncs); part took {time.perf_counter() - started:.0f} s", flush=True)
+    parameters = sum(p.numel() for p in model.parameters())
+    peak = ceiling(dtype, 3, args.device)  # as benchmarks/real_speed.py measures a CPU's
+    generation, training = gen_tokens / gen_seconds, train_tokens / max(train_seconds, 1e-9)
+
+    def of_peak(flops: float) -> str:
+        return f"{flops / peak:.1%} of the ceiling" if peak else "no ceiling measured"
+
+    print(f"{tag} ceiling, torch.mm {MATRIX}² {dtype} on {args.device}: "
+          + (f"{peak / 1e9:,.1f} GFLOP/s" if peak else "no kernel there"), flush=True)
+    print(f"{tag} throughput: generation {generation:,.0f} tokens/s ({of_peak(generation * 2 * parameters)}; "
+          f"{gen_tokens} tokens, {args.prompts} prompts × {args.group_size}), training {training:,.0f} tokens "
+          f"computed/s ({of_peak(training * 6 * parameters)}), weight sync "
+          f"{stats.weight_sync_seconds / max(stats.weight_syncs, 1):.3f} s each ({stats.weight_syncs} syncs); part "
+          f"took {time.perf_counter() - started:.0f} s", flush=True)
     generator.close()
     return checks
 

@@ -11,16 +11,21 @@ PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each m
 Figures, one process, ``--threads`` torch threads (default: every CPU):
 1. The ceiling: the machine's matrix-multiply rate, ``torch.mm`` of two 2048 × 2048 matrices (2·n³ FLOPs), in
    float32 and bfloat16, the best of ``--repeats`` timed runs of 10 products each (a dtype whose one 512² product
-   runs under 5 GFLOP/s, bfloat16 without a kernel for this CPU, is reported from that product alone).
+   runs under 5 GFLOP/s, bfloat16 without a kernel for this CPU, is reported from that product alone);
+   ``benchmarks/gpu_check.py`` measures a GPU's the same way.
 2. Generation through the node's own backend (``make_generator("transformers")``, as a node samples): prompts as
    the real-model demo renders them (``examples/demo-real.toml``: two-digit additions after the same 8 solved
    examples, the plain layout, the begin-of-sequence token where the tokenizer wants one), G = 8 completions each,
    for (completions, max new tokens) = (8, 128) and (16, 64) (two prompts × 8), at T = 1 with no stop string, so
-   completions run to the cap or the end token. Tokens/s = completion tokens / the median call; the
-   fraction of the ceiling counts 2 × parameters FLOPs a generated token.
+   completions run to the cap or the end token; and 8 prompts × 8 completions of 32 tokens whose prompts differ
+   after the instruction (``benchmarks/trainer.py``'s few-shot prompts, solved examples of their own, ~300 tokens,
+   in the chat template where the tokenizer has one): a call where prefilling each prompt is a large share. Tokens/s
+   = completion tokens / the median call; the fraction of the ceiling counts 2 × parameters FLOPs a generated
+   token.
 3. llama.cpp (``llama_cpp.Llama`` on the GGUF the model was converted from: quantized weights, as a CPU user
    runs it): the same prompt ids, the same number of completions of the same caps, one after another (its Python
-   API samples one sequence at a time; the prompt's cache is kept between them), T = 1, top-k and top-p off.
+   API samples one sequence at a time; a prompt's cache is kept between its completions), T = 1, top-k and top-p
+   off.
 4. Training: one F-TIS ``Trainer.step`` (``benchmarks/trainer.py``'s real-model step, in a fresh process) on 4
    groups × 8 completions of ≤ 128 tokens the model sampled itself, full and LoRA (r 128): tokens the forward
    passes computed per second (each prompt's shared examples once, as the step computes them), the fraction of
@@ -37,8 +42,10 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_MODELS = "smollm2-135m-instruct,gemma-3-270m"
-SHAPES = ((8, 128), (16, 64))  # (completions, max new tokens) per call
-QUICK_SHAPES = ((8, 16),)
+# (prompts, completions of each, max new tokens) per call: the demo's prompts (their solved examples shared), and
+# 8 prompts with solved examples of their own (~300 tokens each: the prefill's share of a call)
+CASES = (("demo", 1, 8, 128), ("demo", 2, 8, 64), ("few-shot", 8, 8, 32))
+QUICK_CASES = (("demo", 1, 8, 16),)
 MATRIX = 2048
 PRODUCTS = 10
 PROBE = 512  # one product of this size first: a dtype slower than SLOW_FLOPS is reported from it alone
@@ -53,51 +60,64 @@ class Speed:
     note: str = ""
 
 
-def ceiling(dtype_name: str, repeats: int) -> float | None:
-    """FLOP/s of ``torch.mm`` on square float matrices of ``MATRIX``; None where torch has no kernel for the
-    dtype here."""
+def ceiling(dtype_name: str, repeats: int, device: str = "cpu") -> float | None:
+    """FLOP/s of ``torch.mm`` on square float matrices of ``MATRIX`` on ``device``; None where torch has no kernel
+    for the dtype there."""
     import torch
 
     dtype = getattr(torch, dtype_name)
+
+    def timed(a, b, products: int) -> float:
+        _synchronize(device)
+        started = time.perf_counter()
+        for _ in range(products):
+            torch.mm(a, b)
+        _synchronize(device)
+        return time.perf_counter() - started
+
     try:
-        a, b = torch.randn(MATRIX, MATRIX).to(dtype), torch.randn(MATRIX, MATRIX).to(dtype)
+        a, b = (torch.randn(MATRIX, MATRIX, device=device).to(dtype) for _ in range(2))
         torch.mm(a, b)
     except RuntimeError:
         return None
     small = a[:PROBE, :PROBE].contiguous(), b[:PROBE, :PROBE].contiguous()
-    started = time.perf_counter()
-    torch.mm(*small)
-    probe = 2 * PROBE**3 / (time.perf_counter() - started)
+    probe = 2 * PROBE**3 / timed(*small, 1)
     if probe < SLOW_FLOPS:  # no fast kernel (bfloat16 on a CPU without it): the full products would take minutes
         return probe
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(PRODUCTS):
-            torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
+    best = min(timed(a, b, PRODUCTS) for _ in range(repeats))
     return PRODUCTS * 2 * MATRIX**3 / best
 
 
-def prompts_for(policy, count: int) -> list[np.ndarray]:
-    """``count`` prompts of the real-model demo's task, rendered by the node's own ``Prompter``."""
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def prompts_for(policy, kind: str, count: int) -> list[np.ndarray]:
+    """``count`` prompts: the real-model demo's, rendered by the node's own ``Prompter`` ("demo"), or each with
+    solved examples of its own ("few-shot")."""
     from ftis.node.tasks import make_task
     from ftis.node.tasks.prompts import policy_prompter
 
+    if kind == "few-shot":
+        from benchmarks.trainer import few_shot_prompts
+
+        return few_shot_prompts(policy.tokenizer, count)
     task = make_task("arithmetic", max_digits=2, operations="+", format="plain", operand_draw="value")
     prompter = policy_prompter(policy, task, chat_template="off", bos="auto", few_shot=8)
     return [prompter.ids(task.problem("train", k)) for k in range(count)]
 
 
-def node_generation(policy, completions: int, max_new_tokens: int, repeats: int) -> tuple[float, int]:
-    """(tokens/s over the median call, tokens a call) of the node's backend."""
+def node_generation(policy, prompts: list[np.ndarray], group: int, max_new_tokens: int,
+                    repeats: int) -> tuple[float, int]:
+    """(tokens/s over the median call, tokens a call) of the node's backend: ``group`` completions a prompt."""
     from ftis.node.config import GenerationConfig
     from ftis.node.generation import make_generator
     from ftis.protocol import SamplingSettings
 
-    group = min(completions, 8)
-    prompts = prompts_for(policy, completions // group)
-    config = GenerationConfig(group_size=group, max_new_tokens=max_new_tokens, batch_size=completions)
+    config = GenerationConfig(group_size=group, max_new_tokens=max_new_tokens, batch_size=len(prompts) * group)
     generator = make_generator("transformers", policy, config)
     sampling = SamplingSettings(1.0, 1.0, 0, max_new_tokens)
 
@@ -114,22 +134,23 @@ def node_generation(policy, completions: int, max_new_tokens: int, repeats: int)
     return tokens / statistics.median(seconds), tokens
 
 
-def llama_generation(gguf: Path, prompt: np.ndarray, completions: int, max_new_tokens: int, threads: int,
+def llama_generation(gguf: Path, prompts: list[np.ndarray], group: int, max_new_tokens: int, threads: int,
                      repeats: int) -> tuple[float, int]:
-    """(tokens/s over the median call, tokens a call) of llama.cpp: ``completions`` completions of ``prompt``, one
+    """(tokens/s over the median call, tokens a call) of llama.cpp: ``group`` completions of each prompt, one
     after another."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf), n_ctx=len(prompt) + max_new_tokens + 8, n_threads=threads,
+    llm = Llama(model_path=str(gguf), n_ctx=max(len(p) for p in prompts) + max_new_tokens + 8, n_threads=threads,
                 n_threads_batch=threads, n_batch=512, seed=0, verbose=False)
-    ids = [int(i) for i in prompt]
+    ids = [[int(i) for i in prompt] for prompt in prompts]
 
     def call() -> int:
         tokens = 0
-        for _ in range(completions):
-            out = llm.create_completion(ids, max_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
-                                        min_p=0.0, repeat_penalty=1.0)
-            tokens += out["usage"]["completion_tokens"]
+        for prompt in ids:
+            for _ in range(group):
+                out = llm.create_completion(prompt, max_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
+                                            min_p=0.0, repeat_penalty=1.0)
+                tokens += out["usage"]["completion_tokens"]
         return tokens
 
     tokens = call()
@@ -177,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     models = ["smollm2-135m-instruct"] if args.quick else args.models.split(",")
-    shapes, repeats = (QUICK_SHAPES, 1) if args.quick else (SHAPES, args.repeats)
+    cases, repeats = (QUICK_CASES, 1) if args.quick else (CASES, args.repeats)
     ggufs = dict(item.split("=", 1) for item in args.gguf)
     print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, load average "
           f"{load_average()} at start; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -196,19 +217,19 @@ def main(argv: list[str] | None = None) -> None:
         parameters = sum(p.numel() for p in policy.model.parameters())
         gguf = Path(ggufs[name]).expanduser() if name in ggufs else None
         missing = why_no_llama(gguf)
-        for completions, length in shapes:
-            rate, tokens = node_generation(policy, completions, length, repeats)
-            rows.append((name, f"node, {completions} × {length}", f"{rate:,.1f}", f"{rate * 2 * parameters / f32:.1%}",
-                         str(tokens)))
+        for kind, count, group, length in cases:
+            prompts = prompts_for(policy, kind, count)
+            shape = f"{count * group} × {length}" + (f", {kind} prompts of ~{len(prompts[0])} tokens" if kind != "demo"
+                                                     else "")
+            rate, tokens = node_generation(policy, prompts, group, length, repeats)
+            rows.append((name, f"node, {shape}", f"{rate:,.1f}", f"{rate * 2 * parameters / f32:.1%}", str(tokens)))
             print(" | ".join(rows[-1]), flush=True)
             if missing is None:
                 assert gguf is not None
-                prompt = prompts_for(policy, 1)[0]
-                rate, tokens = llama_generation(gguf, prompt, completions, length, args.threads, repeats)
-                rows.append((name, f"llama.cpp ({gguf.name}), {completions} × {length}", f"{rate:,.1f}", "—",
-                             str(tokens)))
+                rate, tokens = llama_generation(gguf, prompts, group, length, args.threads, repeats)
+                rows.append((name, f"llama.cpp ({gguf.name}), {shape}", f"{rate:,.1f}", "—", str(tokens)))
             else:
-                rows.append((name, f"llama.cpp, {completions} × {length}", "—", "—", missing))
+                rows.append((name, f"llama.cpp, {shape}", "—", "—", missing))
             print(" | ".join(rows[-1]), flush=True)
         del policy
         if args.quick or args.skip_training:

@@ -177,6 +177,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     from benchmarks.demo_nodes import load_case
     from ftis.node.loss import LossInputs, compute_loss
     from ftis.node.trainer.logprobs import completion_logprobs
+    from ftis.node.trainer.loss_params import loss_params
     from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
     from ftis.node.trainer.trainer import Trainer
 
@@ -213,7 +214,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     # The step's forward pass and loss, as Trainer.step builds them, without the backward pass.
     micros = micro_batches(groups, config.trainer.max_tokens_per_microbatch)
     chunks = [pack(micro.groups, pad_id) for micro in micros]
-    params = config.loss.params(step=version)
+    params = loss_params(config.loss, step=version)
     model.train()
 
     def inputs(packed, logprobs) -> LossInputs:
@@ -337,8 +338,6 @@ def real_step(folder: str, adapter: str, groups: list, trainer: dict, threads: i
 
     from ftis.node.config import LossConfig, ModelConfig, TrainerConfig
     from ftis.node.models import load_policy
-    from ftis.node.trainer.logprobs import shares_prompts
-    from ftis.node.trainer.packing import micro_batches, padded_tokens
     from ftis.node.trainer.trainer import Trainer
 
     torch.set_num_threads(threads)
@@ -346,8 +345,7 @@ def real_step(folder: str, adapter: str, groups: list, trainer: dict, threads: i
     policy = load_policy(folder, adapter=adapter, lora_rank=lora.lora_rank, lora_alpha=lora.lora_alpha)
     config = TrainerConfig(**trainer)
     step = Trainer(policy.model, policy.adapter, LossConfig(), config, pad_id=policy.tokenizer.pad_token_id or 0)
-    shared = shares_prompts(policy.model) and not config.gradient_checkpointing  # as the trainer decides
-    micro = micro_batches(groups, config.max_tokens_per_microbatch, shared)
+    micro, computed = step_work(policy.model, groups, config)
     before = psutil.Process().memory_info().rss
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak RSS, to the current RSS
     started = time.perf_counter()
@@ -356,9 +354,21 @@ def real_step(folder: str, adapter: str, groups: list, trainer: dict, threads: i
     status = Path("/proc/self/status").read_text()
     peak = int(status.split("VmHWM:")[1].split()[0]) * 1024
     return {"before": before, "peak": peak, "process_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "seconds": seconds, "trained": metrics.trained, "tokens": metrics.tokens, "microbatches": len(micro),
-            "computed": sum(padded_tokens(m.groups, shared) for m in micro),
+            "seconds": seconds, "trained": metrics.trained, "tokens": metrics.tokens, "microbatches": micro,
+            "computed": computed,
             "parameters": sum(p.numel() for p in policy.trainable_parameters())}
+
+
+def step_work(model, groups: list, config) -> tuple[int, int]:
+    """(micro-batches, tokens the forward passes compute) of a step on ``groups`` under the trainer settings
+    ``config``: each micro-batch padded as packed, each distinct prompt once and the tokens they share once, where
+    the trainer shares prompts."""
+    from ftis.node.trainer.logprobs import shares_prompts
+    from ftis.node.trainer.packing import micro_batches, padded_tokens
+
+    shared = shares_prompts(model) and not config.gradient_checkpointing  # as the trainer decides
+    micro = micro_batches(groups, config.max_tokens_per_microbatch, shared)
+    return len(micro), sum(padded_tokens(m.groups, shared) for m in micro)
 
 
 def in_fresh_process(function: Callable, *args):
