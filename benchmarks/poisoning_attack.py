@@ -43,6 +43,7 @@ from ftis.node.tasks import Task
 from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
+from ftis.node.trainer.loss_params import loss_params
 from ftis.node.trainer.packing import pack
 from ftis.protocol import (
     Completion,
@@ -176,7 +177,7 @@ class StepAudit:
             logprobs=logprobs, old_logprobs=old, sampler_logprobs=packed.sampler_logprobs,
             loss_mask=packed.loss_mask, rewards=packed.rewards, group_ids=packed.group_index,
             off_policy=packed.off_policy,
-        ), config.params(step=self._trainer.policy_version))
+        ), loss_params(config, step=self._trainer.policy_version))
         (gradient,) = torch.autograd.grad(out.loss, logprobs, allow_unused=True)
         if gradient is None:  # nothing active: no completion carries gradient
             return 0, 0

@@ -42,7 +42,7 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm.directory import Directory, read_shards
 from ftis.node.swarm.identity import peer_id_of_owner
 from ftis.node.swarm.records import record_validators, shard_key, shard_of
-from ftis.node.swarm.sampling import Sampler
+from ftis.node.swarm.sampling import Sampler, read_settings
 from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
 
 RECORDS_PER_SHARD = 16
@@ -182,7 +182,7 @@ def measure(records: int, servers: int, polls: int, keys: list[RSAPrivateKey], s
         rows = []
         full = _read(reader, run_id, shards, None, None)
         for beam in (2, None):
-            sampler: Sampler[object] = Sampler(config.read_settings(), random.Random(seed))
+            sampler: Sampler[object] = Sampler(read_settings(config), random.Random(seed))
             per_poll = []
             for _ in range(polls):
                 per_poll.append(_read(reader, run_id, shards, sampler.shards_to_read(), beam))

@@ -7,7 +7,7 @@ with hostile peers (about 10 minutes on one core, most of it the 10,000).
 --budget B, --seed, --seconds override the choices below.
 
 Pure Python, no network: every peer is a node of this simulation, and its reads and fetch choices are made
-by the node's own code, imported, not copied: ``SwarmConfig.read_settings`` (the settings, validated),
+by the node's own code, imported, not copied: ``sampling.read_settings`` (the settings, validated),
 ``sampling.Sampler`` (which shards a poll reads, what the last polls returned), ``sampling.rank_offers`` and
 ``sampling.pick`` (the fetch budget: freshest first, better-scored first, random among equals, one batch per
 peer) and, with hostile peers, ``reputation.Reputation`` (scores and mutes). What the simulation supplies is
@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.reputation import Reputation
-from ftis.node.swarm.sampling import Offer, Sampler, pick, rank_offers
+from ftis.node.swarm.reputation import Reputation, reputation_settings
+from ftis.node.swarm.sampling import Offer, Sampler, pick, rank_offers, read_settings
 
 POLL_S = 1.0  # swarm.poll_interval_s
 STEP_S = 10.0  # a node's round: generate, publish, train
@@ -151,10 +151,10 @@ class World:
         shard = zlib.crc32(peer_id.encode()) % self.config.shards
         rng = random.Random(self.rng.random())
         hostile = self.rng.random() < self.hostile_share if hostile is None else hostile
-        reputation = Reputation(self.config.reputation()) if self.scored else None
+        reputation = Reputation(reputation_settings(self.config)) if self.scored else None
         # the phase is a whole number of ticks, so each poll and step lands on the clock
         phase = now + self.rng.randrange(int(STEP_S / TICK_S)) * TICK_S
-        self.peers[peer_id] = Peer(peer_id, shard, hostile, phase, now, Sampler(self.config.read_settings(), rng),
+        self.peers[peer_id] = Peer(peer_id, shard, hostile, phase, now, Sampler(read_settings(self.config), rng),
                                    reputation, rng)
         self.shard_members[shard].append(peer_id)
 

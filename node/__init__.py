@@ -4,6 +4,7 @@ Files:
 - ``cli.py``     the ``ftis-node`` command line (thin: parse, build config, call one function).
 - ``config/``    the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
 - ``signals.py`` SIGTERM raised as ``Terminated`` so commands stop like on Ctrl-C.
+- ``errors.py``  ``UserError``, the base of every error a user or a peer can cause, and the CLI's exit codes.
 - ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
 - ``figures.py`` ``figure()``: a metric declared once as a dataclass field; its record and TensorBoard tags.
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).

@@ -5,6 +5,8 @@ Heavy imports (torch, hivemind, transformers) happen inside commands, never here
 """
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +15,8 @@ import typer
 
 from ftis.node.config.base import MAX_COUNT, MAX_SECONDS
 from ftis.node.dashboard import defaults as dashboard_defaults
+from ftis.node.errors import USAGE, UsageError, UserError
+from ftis.node.signals import Terminated
 from ftis.protocol.limits import MAX_COMPLETION_TOKENS
 
 if TYPE_CHECKING:
@@ -28,6 +32,29 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@contextmanager
+def _reported(stopped: str | None = None, *, stopped_code: int = 0, after_failure: str | None = None) -> Iterator[None]:
+    """The one place where a command's errors become messages and exit codes; every command that can fail runs
+    inside it.
+
+    A ``UserError`` (``ftis.node.errors``) prints ``error: <its message>`` on standard error and exits with its
+    ``exit_code``; ``after_failure`` follows it there unless the code is ``USAGE``, an error refused before anything
+    started (the demo says that what it started has ended). In a command that runs until stopped (``stopped``
+    given), Ctrl-C or SIGTERM prints ``stopped`` and exits with ``stopped_code``. Anything else is a bug and keeps
+    its traceback."""
+    interrupts = (KeyboardInterrupt, Terminated) if stopped is not None else ()
+    try:
+        yield
+    except UserError as error:
+        typer.echo(f"error: {error}", err=True)
+        if after_failure is not None and error.exit_code != USAGE:
+            typer.echo(after_failure, err=True)
+        raise typer.Exit(error.exit_code) from None
+    except interrupts:
+        typer.echo(stopped)
+        raise typer.Exit(stopped_code) from None
 
 
 def _package_version() -> str:
@@ -57,28 +84,22 @@ def inspect_command(
     from ftis.protocol.limits import MAX_PAYLOAD_BYTES
     from ftis.protocol.summary import summarize
 
-    try:
-        size = file.stat().st_size
-        if size > MAX_PAYLOAD_BYTES:  # refuse before reading it into memory
-            raise DecodeError("payload", f"{size} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")
-        data = file.read_bytes()
-    except OSError as error:
-        typer.echo(f"error: cannot read {file}: {error.strerror}", err=True)
-        raise typer.Exit(2) from None
-    except DecodeError as error:
-        typer.echo(f"error: {file} is not a valid batch: {error}", err=True)
-        raise typer.Exit(1) from None
-    try:
-        compressed = read(data)
-        cost_mb = compressed.cost() / 2**20
-        if cost_mb > max_memory_mb:  # weighed before a byte is inflated
-            typer.echo(f"error: {file} is a valid batch whose columns take up to {cost_mb:,.0f} MB to inflate, over "
-                       f"--max-memory-mb {max_memory_mb:g}; raise it to read the batch anyway", err=True)
-            raise typer.Exit(1)
-        batch = compressed.inflate()
-    except DecodeError as error:
-        typer.echo(f"error: {file} is not a valid batch: {error}", err=True)
-        raise typer.Exit(1) from None
+    with _reported():
+        try:
+            size = file.stat().st_size
+            if size > MAX_PAYLOAD_BYTES:  # refuse before reading it into memory
+                raise DecodeError("payload", f"{size} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")
+            data = file.read_bytes()
+            compressed = read(data)
+            cost_mb = compressed.cost() / 2**20
+            if cost_mb > max_memory_mb:  # weighed before a byte is inflated
+                raise UserError(f"{file} is a valid batch whose columns take up to {cost_mb:,.0f} MB to inflate, "
+                                f"over --max-memory-mb {max_memory_mb:g}; raise it to read the batch anyway")
+            batch = compressed.inflate()
+        except OSError as error:
+            raise UsageError(f"cannot read {file}: {error.strerror}") from None
+        except DecodeError as error:  # the same error, naming the file
+            raise UserError(f"{file} is not a valid batch: {error}") from None
     rows = summarize(batch, len(data))
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
@@ -86,7 +107,7 @@ def inspect_command(
 
 
 def _swarm_config(**settings: object) -> "SwarmConfig":
-    """A SwarmConfig from the options given (None = default); a bad value exits with its reason."""
+    """A SwarmConfig from the options given (None = default); ``UsageError`` for a bad value."""
     from ftis.node.config import SwarmConfig
 
     return _validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
@@ -135,34 +156,20 @@ def bootstrap_command(
     """Run a DHT-only entry peer (and relay, docs/nat.md) and print the addresses nodes join with. Ctrl-C or SIGTERM
     stops it."""
     from ftis.node.config import ConfigError, read_toml
-    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.signals import exit_on_sigterm
     from ftis.node.swarm.bootstrap import run_bootstrap
-    from ftis.node.swarm.transport import SwarmError
 
-    table: dict = {}
-    if config_file is not None:
-        try:
-            table = read_toml(config_file)
-        except ConfigError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(2) from None
+    with _reported("stopped: the DHT and p2pd are shut down"):
+        table = read_toml(config_file) if config_file is not None else {}
         unknown = sorted(set(table) - {"swarm"})
         if unknown or not isinstance(table.get("swarm", {}), dict):
-            typer.echo(f"error: {config_file}: a bootstrap reads only a [swarm] table (found {unknown or 'swarm'})",
-                       err=True)
-            raise typer.Exit(2)
-    given = dict(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity, run_id=run_id,
-                 shards=shards, reachability="public", relay_service=False if no_relay else None)
-    config = _swarm_config(**{"relay_service": True, **table.get("swarm", {}),
-                              **{key: value for key, value in given.items() if value is not None}})
-    exit_on_sigterm()
-    try:
+            raise ConfigError(f"{config_file}: a bootstrap reads only a [swarm] table (found {unknown or 'swarm'})")
+        given = dict(host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, identity_path=identity, run_id=run_id,
+                     shards=shards, reachability="public", relay_service=False if no_relay else None)
+        config = _swarm_config(**{"relay_service": True, **table.get("swarm", {}),
+                                  **{key: value for key, value in given.items() if value is not None}})
+        exit_on_sigterm()
         run_bootstrap(config, log_interval, lambda line: typer.echo(line), started=_STARTED)
-    except SwarmError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, Terminated):
-        typer.echo("stopped: the DHT and p2pd are shut down")
 
 
 @app.command("status")
@@ -185,32 +192,25 @@ def status_command(
 
     from ftis.node.swarm.directory import READER_SHARDS, read_members
     from ftis.node.swarm.hivemind_transport import start_dht
-    from ftis.node.swarm.peer_view import PeerViewError, read_peer_view
+    from ftis.node.swarm.peer_view import read_peer_view
     from ftis.node.swarm.transport import SwarmError
 
-    try:
+    with _reported():
         view = read_peer_view(node) if node is not None else None  # before joining: a wrong folder fails at once
-    except PeerViewError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    config = _light_client_config(peer, run_id, shards)
-    scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
-    try:
-        dht, _ = start_dht(config, scratch / "identity.key", announce=False)
+        config = _light_client_config(peer, run_id, shards)
+        scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
         try:
-            reading = read_members(dht, config.run_id, config.shards, timeout=_STATUS_READ_TIMEOUT_S,
-                                   sample=0 if all_shards else READER_SHARDS)
+            dht, _ = start_dht(config, scratch / "identity.key", announce=False)
+            try:
+                reading = read_members(dht, config.run_id, config.shards, timeout=_STATUS_READ_TIMEOUT_S,
+                                       sample=0 if all_shards else READER_SHARDS)
+            finally:
+                dht.shutdown()
+        except TimeoutError:
+            raise SwarmError(f"the swarm's DHT did not answer within {_STATUS_READ_TIMEOUT_S:.0f} s; try again") \
+                from None
         finally:
-            dht.shutdown()
-    except SwarmError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except TimeoutError:
-        typer.echo(f"error: the swarm's DHT did not answer within {_STATUS_READ_TIMEOUT_S:.0f} s; try again",
-                   err=True)
-        raise typer.Exit(1) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
     members = reading.members
     if as_json:
         rows = [dict(member.__dict__) for member in members]
@@ -250,24 +250,14 @@ def dashboard_command(
 ) -> None:
     """Serve a local web page: the run's members, and each node's figures over rounds and peer scores."""
     from ftis.node.dashboard.run import DashboardRequest, run_dashboard
-    from ftis.node.dashboard.server import DashboardError
-    from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.swarm.transport import SwarmError
+    from ftis.node.signals import exit_on_sigterm
 
-    swarm = _light_client_config(peer, run_id, shards) if peer else None
-    request = DashboardRequest(swarm=swarm, nodes=list(node or []), host=host, port=port, public=public,
-                               refresh_s=refresh, points=points)
-    exit_on_sigterm()
-    try:
+    with _reported("stopped: the server and the DHT client are shut down"):
+        swarm = _light_client_config(peer, run_id, shards) if peer else None
+        request = DashboardRequest(swarm=swarm, nodes=list(node or []), host=host, port=port, public=public,
+                                   refresh_s=refresh, points=points)
+        exit_on_sigterm()
         run_dashboard(request, lambda line: typer.echo(line))
-    except DashboardError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    except SwarmError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, Terminated):
-        typer.echo("stopped: the server and the DHT client are shut down")
 
 
 @app.command("identity")
@@ -280,15 +270,12 @@ def identity_command(
     """Print the peer id an identity file gives (e.g. a bootstrap's, before it starts, or in a container)."""
     from hivemind.p2p import PeerID
 
-    from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
+    from ftis.node.swarm.identity import ensure_identity, signing_key
 
-    try:
+    with _reported():
         key_file = ensure_identity(path)
         signing_key(key_file)  # IdentityError for a file that holds no RSA identity key
         peer_id = PeerID.from_identity(key_file.read_bytes()).to_base58()
-    except IdentityError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(peer_id if maddr is None else f"{maddr.rstrip('/')}/p2p/{peer_id}")
 
 
@@ -326,49 +313,30 @@ def join_command(
     ] = False,
 ) -> None:
     """Join a swarm and train: generate, publish, collect peers' groups, take F-TIS steps. Ctrl-C stops."""
-    from ftis.node.config import ConfigError, NodeConfig, load_config
-    from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.swarm.transport import SwarmError
+    from ftis.node.config import NodeConfig, load_config
+    from ftis.node.signals import exit_on_sigterm
 
-    try:
+    with _reported("stopped: the DHT and p2pd are shut down"):
         base = load_config(config_file) if config_file is not None else NodeConfig()
-    except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    if resume and config_file is None:
-        base = _checkpoint_config(out)
-    overrides = {
-        "model": {"name": model, "adapter": adapter, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
-        "task": {"name": task},
-        "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs,
-                  "announce_maddrs": announce_maddrs},
-        "generation": {"backend": backend},
-        "metrics": {"display": display},
-    }
-    data = base.model_dump()
-    for section, values in overrides.items():
-        data[section].update({key: value for key, value in values.items() if value is not None})
-    config = _validated(NodeConfig, data)
-    exit_on_sigterm()
-    from ftis.node.generation.types import GenerationBackendError
-    from ftis.node.models import ModelLoadError
-    from ftis.node.runner.checkpoint import CheckpointError
-    from ftis.node.runner.evaluation import EvalError
-    from ftis.node.runner.join import build_node, run_node
-    from ftis.node.tasks import TaskError
-    from ftis.node.tasks.prompts import PromptError
-    from ftis.node.warmup.cache import WarmupCacheError
+        if resume and config_file is None:
+            base = _checkpoint_config(out)
+        overrides = {
+            "model": {"name": model, "adapter": adapter, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
+            "task": {"name": task},
+            "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs,
+                      "announce_maddrs": announce_maddrs},
+            "generation": {"backend": backend},
+            "metrics": {"display": display},
+        }
+        data = base.model_dump()
+        for section, values in overrides.items():
+            data[section].update({key: value for key, value in values.items() if value is not None})
+        config = _validated(NodeConfig, data)
+        exit_on_sigterm()
+        from ftis.node.runner.join import build_node, run_node
 
-    try:
         node = build_node(config, echo=lambda line: typer.echo(line))
         run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
-    except (SwarmError, CheckpointError, TaskError, EvalError, WarmupCacheError, ModelLoadError,
-            PromptError, GenerationBackendError) as error:
-        # TaskError: no such split; ModelLoadError: no such model; GenerationBackendError: no vLLM, a failed sync
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, Terminated):
-        typer.echo("stopped: the DHT and p2pd are shut down")
 
 
 def _checkpoint_config(out: Path) -> Any:
@@ -407,16 +375,13 @@ def eval_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
 ) -> None:
     """Evaluate a model greedily on a task's held-out split and print its accuracy."""
-    from ftis.node.runner.eval_command import EvalCommandError, EvalRequest, run_eval
+    from ftis.node.runner.eval_command import EvalRequest, run_eval
 
     request = EvalRequest(model=model, task=task, split=split, data=data, limit=limit, max_new_tokens=max_new_tokens,
                           batch_size=batch_size, adapter=adapter, chat_template=chat_template, device=device,
                           dtype=dtype, config=config_file, records=records, as_json=as_json)
-    try:
+    with _reported():
         run_eval(request, lambda line: typer.echo(line), lambda line: typer.echo(line, err=True))
-    except EvalCommandError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(error.exit_code) from None
 
 
 @app.command("demo")
@@ -439,29 +404,17 @@ def demo_command(
     ] = False,
 ) -> None:
     """A heterogeneous swarm on this machine: warm-up, a bootstrap and three nodes, live table, summary, plot."""
-    if display not in ("auto", "table", "lines"):
-        typer.echo(f"error: --display: expected auto, table or lines, got {display!r}", err=True)
-        raise typer.Exit(2)
-    from ftis.node.config import ConfigError
-    from ftis.node.demo.launch import DemoError
-    from ftis.node.demo.run import DemoRequest, run_demo
-    from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.warmup.cache import WarmupCacheError
+    stopped = "stopped: every process the demo started has ended"
+    with _reported(stopped, after_failure=stopped):
+        if display not in ("auto", "table", "lines"):
+            raise UsageError(f"--display: expected auto, table or lines, got {display!r}")
+        from ftis.node.demo.run import DemoRequest, run_demo
+        from ftis.node.signals import exit_on_sigterm
 
-    exit_on_sigterm()
-    request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display, started=_STARTED,
-                          dashboard=dashboard)
-    try:
+        exit_on_sigterm()
+        request = DemoRequest(config=config_file, out=out, rounds=rounds, solo=solo, view=display, started=_STARTED,
+                              dashboard=dashboard)
         run_demo(request, lambda line: typer.echo(line))
-    except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    except (DemoError, WarmupCacheError) as error:
-        typer.echo(f"error: {error}", err=True)
-        typer.echo("stopped: every process the demo started has ended", err=True)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, Terminated):
-        typer.echo("stopped: every process the demo started has ended")
 
 
 @app.command("experiment")
@@ -484,45 +437,33 @@ def experiment_command(
     """The paper's comparison in miniature: each model solo, the swarm with every loss variant, paired seeds."""
     import shlex
 
-    from ftis.node.experiment.grid import GridError, load_grid
-    from ftis.node.experiment.store import StoreError
-    from ftis.node.signals import Terminated, exit_on_sigterm
+    from ftis.node.experiment.grid import load_grid
+    from ftis.node.signals import exit_on_sigterm
 
-    try:
+    with _reported(f"stopped: finished cells are kept in {out}; run the same command again to continue",
+                   stopped_code=130):
         chosen = [name.strip() for name in conditions.split(",") if name.strip()] if conditions else None
         grid = load_grid(config_file).adjusted(quick=quick, seeds=seeds, rounds=rounds, conditions=chosen)
-    except GridError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    from ftis.node.experiment.runner import run_experiment
-    from ftis.node.warmup.cache import WarmupCacheError
+        from ftis.node.experiment.runner import run_experiment
 
-    exit_on_sigterm()
-    options = [("--config", config_file), ("--seeds", seeds), ("--rounds", rounds), ("--conditions", conditions)]
-    command = shlex.join(["ftis-node", "experiment", "--out", str(out), *(["--quick"] if quick else []),
-                          *(part for flag, value in options if value is not None for part in (flag, str(value)))])
-    try:
+        exit_on_sigterm()
+        options = [("--config", config_file), ("--seeds", seeds), ("--rounds", rounds), ("--conditions", conditions)]
+        command = shlex.join(["ftis-node", "experiment", "--out", str(out), *(["--quick"] if quick else []),
+                              *(part for flag, value in options if value is not None for part in (flag, str(value)))])
         run_experiment(grid, out, lambda line: typer.echo(line), command)
-    except (StoreError, GridError, WarmupCacheError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, Terminated):
-        typer.echo(f"stopped: finished cells are kept in {out}; run the same command again to continue")
-        raise typer.Exit(130) from None
 
 
 def _validated(model_class: type, data: dict) -> Any:
-    """``model_class`` validated from ``data``; each problem printed as ``error: field: reason``, exit 2."""
+    """``model_class`` validated from ``data``; a ``UsageError`` printed as one ``error: field: reason`` line per
+    problem."""
     from pydantic import ValidationError
 
     from ftis.node.config import validation_problems
 
     try:
         return model_class.model_validate(data)
-    except ValidationError as error:
-        for problem in validation_problems(error):
-            typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2) from None
+    except ValidationError as error:  # _reported prints the first line's "error: "
+        raise UsageError("\nerror: ".join(validation_problems(error))) from None
 
 
 def main() -> None:

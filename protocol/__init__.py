@@ -12,13 +12,14 @@ Files:
 - ``announcement.py``  what a peer lists in the DHT about itself and its recent batches.
 - ``reader.py``   typed, strict access to decoded msgpack maps, naming each field's path.
 - ``limits.py``   every limit and constant of the format, named.
-- ``errors.py``   ``ProtocolError`` and its two kinds, ``DecodeError`` and ``EncodeError``.
+- ``errors.py``   ``ProtocolError`` and its two kinds, ``DecodeError`` and ``EncodeError``; ``UserError``, the base of
+                  every error a user or a peer can cause (``DecodeError`` is one).
 - ``summary.py``  a printable summary of a batch (used by ``ftis-node inspect``).
 """
 
 from ftis.protocol.decode import CompressedBatch, decode, read
 from ftis.protocol.encode import encode
-from ftis.protocol.errors import DecodeError, EncodeError, ProtocolError
+from ftis.protocol.errors import DecodeError, EncodeError, ProtocolError, UserError
 from ftis.protocol.limits import PROTOCOL_VERSION
 from ftis.protocol.schema import (
     Completion,
@@ -43,6 +44,7 @@ __all__ = [
     "SamplingSettings",
     "TaskRef",
     "TokenizerInfo",
+    "UserError",
     "decode",
     "encode",
     "read",

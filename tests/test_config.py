@@ -18,6 +18,7 @@ from ftis.node.config import (
     load_config,
 )
 from ftis.node.loss import LOSS_VARIANTS, LossParams
+from ftis.node.trainer.loss_params import loss_params
 
 # examples/demo-*.toml are settings of `ftis-node demo`, parsed in test_demo_settings.py; examples/experiment-*.toml
 # grids of `ftis-node experiment`, parsed in test_experiment_grid.py.
@@ -33,7 +34,7 @@ def test_there_are_examples():
 def test_every_example_parses(path):
     config = load_config(path)
     assert isinstance(config, NodeConfig)
-    assert config.loss.params().divergence_threshold >= 0
+    assert loss_params(config.loss).divergence_threshold >= 0
 
 
 def test_config_names_exactly_the_variants_of_the_table():
@@ -41,7 +42,7 @@ def test_config_names_exactly_the_variants_of_the_table():
 
 
 def test_defaults_agree_with_the_loss_defaults():
-    assert LossConfig().params() == LossParams()
+    assert loss_params(LossConfig()) == LossParams()
     assert LossConfig().variant == "ftis"
     assert LossConfig().filter_local is False
 
@@ -75,7 +76,7 @@ def test_bad_values_name_their_field(tmp_path, line, field):
 def test_infinite_truncation_is_allowed(tmp_path):
     path = tmp_path / "inf.toml"
     path.write_text("[loss]\nvariant = \"tis\"\nclip_c = inf\n")
-    assert math.isinf(load_config(path).loss.params().clip_c)
+    assert math.isinf(loss_params(load_config(path).loss).clip_c)
 
 
 def test_unreadable_and_invalid_toml_are_config_errors(tmp_path):
@@ -93,7 +94,7 @@ def test_divergence_threshold_schedule_is_linear_then_constant():
     assert config.divergence_threshold_at(50) == pytest.approx(27.5)
     assert config.divergence_threshold_at(100) == 50.0
     assert config.divergence_threshold_at(1000) == 50.0
-    assert config.params(step=50).divergence_threshold == pytest.approx(27.5)
+    assert loss_params(config, step=50).divergence_threshold == pytest.approx(27.5)
     assert LossConfig(divergence_threshold=7.0).divergence_threshold_at(10_000) == 7.0
 
 

@@ -11,7 +11,6 @@ from ftis.node.config import NodeConfig
 from ftis.node.generation.hf import greedy
 from ftis.node.models import load_policy
 from ftis.node.runner.evaluation import (
-    SYNTHETIC_DEFAULT_LIMIT,
     EvalError,
     eval_problems,
     evaluate,
@@ -23,6 +22,7 @@ from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem
 from ftis.node.tasks.base import PromptParts, check_index
+from ftis.node.tasks.eval_set import SYNTHETIC_DEFAULT_LIMIT
 from ftis.node.tasks.prompts import prompt_ids
 
 MAX_NEW = 6

@@ -33,6 +33,7 @@ from ftis.node.swarm.reputation import (
     Reputation,
     ReputationSettings,
     mute_length,
+    reputation_settings,
     score,
 )
 
@@ -97,7 +98,7 @@ def test_refusals_that_say_nothing_about_the_peer_are_no_evidence_and_mute_below
 
 def test_an_honest_peer_on_a_flaky_link_is_not_muted():
     # Two retries on a link that loses half of all attempts: one batch in eight still fails.
-    reputation = Reputation(SwarmConfig().reputation())
+    reputation = Reputation(reputation_settings(SwarmConfig()))
     now = T0
     for k in range(400):
         now += 30.0
@@ -136,7 +137,7 @@ def test_flooding_does_not_dilute_the_filter_verdict():
 
 
 def test_a_peer_whose_completions_are_all_divergence_filtered_is_muted_on_its_second_batch():
-    reputation = Reputation(SwarmConfig().reputation())
+    reputation = Reputation(reputation_settings(SwarmConfig()))
     for round_ in range(2):
         assert not reputation.muted("garbage", T0 + round_)
         reputation.delivered("garbage", T0 + round_)
@@ -202,7 +203,7 @@ def test_records_are_capped_the_oldest_evidence_going_first(monkeypatch):
 
 def test_the_config_defaults_build_the_settings():
     config = SwarmConfig(score_half_life_s=60, score_min_evidence=1, mute_below=0.5, mute_s=5, mute_max_s=50)
-    assert config.reputation() == ReputationSettings(60.0, 1.0, 0.5, 5.0, 50.0)
+    assert reputation_settings(config) == ReputationSettings(60.0, 1.0, 0.5, 5.0, 50.0)
 
 
 # --- the inbox feeds it and applies it ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm import inbox as inbox_module
 from ftis.node.swarm.inbox import Inbox, InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.swarm.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers
+from ftis.node.swarm.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers, read_settings
 
 LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=4, max_batches=16, max_bytes=1 << 20)
 
@@ -151,11 +151,11 @@ def test_tables_per_peer_are_capped(monkeypatch):
 
 
 def test_the_settings_are_validated_in_one_place_and_shown_in_one_line():
-    assert SwarmConfig().read_settings() == ReadSettings(shards=4, per_poll=4, most_per_poll=4, remember_polls=1,
-                                                         want_peers=16)
+    assert read_settings(SwarmConfig()) == ReadSettings(shards=4, per_poll=4, most_per_poll=4, remember_polls=1,
+                                                       want_peers=16)
     large = SwarmConfig(shards=625, shards_per_poll=2, max_shards_per_poll=16, remember_polls=4, read_beam_size=2,
                         fetch_budget=4)
-    assert large.read_settings().most_per_poll == 16
+    assert read_settings(large).most_per_poll == 16
     assert "625 shards, 2 read per poll (up to 16" in large.sampling_line()
     assert "fetch budget 4 batches" in large.sampling_line()
     assert "all read per poll" in SwarmConfig().sampling_line()

@@ -8,13 +8,14 @@
                     table laid over another), ``read_toml`` and ``describe_validation_error`` (every problem as
                     ``loc.path: reason``).
 
-``examples/*.toml`` are parsed by the test suite, so they cannot rot. This package imports no torch:
-``LossConfig.params`` builds the loss's plain ``LossParams`` lazily.
+``examples/*.toml`` are parsed by the test suite, so they cannot rot. This package imports nothing of the node
+outside itself, only ``ftis.protocol`` (its limits, ``UserError``; docs/development.md, "Layers"): each package turns
+its section into the plain settings it takes (``swarm.inbox.inbox_limits``, ``trainer.loss_params.loss_params``, ...).
 """
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -54,9 +55,6 @@ from ftis.protocol.limits import (
     MAX_VOCAB_SIZE,
     MIN_TEMPERATURE,
 )
-
-if TYPE_CHECKING:
-    from ftis.node.loss import LossParams
 
 __all__ = [
     "ARITHMETIC_OPERATIONS",
@@ -159,18 +157,6 @@ class LossConfig(Section):
         if math.isinf(start) or math.isinf(end):  # a line to or from infinity is infinite in between
             return math.inf
         return start + progress * (end - start)
-
-    def params(self, step: int = 0) -> "LossParams":
-        """The loss's plain parameters at optimizer step ``step``."""
-        from ftis.node.loss import LossParams
-
-        return LossParams(
-            clip_c=self.clip_c,
-            epsilon=self.epsilon,
-            divergence_threshold=self.divergence_threshold_at(step),
-            filter_rule=self.filter_rule,
-            advantage_norm=self.advantage_norm,
-        )
 
 
 class TrainerConfig(Section):

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from ftis.protocol.errors import UserError
+
 # Every numeric setting is bounded by what it means (its Field says which bound): a value past one is no run a node
 # can make, and would otherwise fail later, deep inside numpy, torch or asyncio. Floats are finite unless a
 # setting says what infinity means (``allow_inf_nan=True``: the loss's C and g).
@@ -24,8 +26,10 @@ MAX_CONCURRENT_STREAMS = 1024  # fetches or serves at once
 MAX_THREADS = 1024
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file that cannot be read or does not validate; the message lists every problem."""
+
+    exit_code = 2  # a usage error (ftis.node.errors.USAGE, which the config does not import)
 
 
 class Section(BaseModel):

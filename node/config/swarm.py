@@ -1,18 +1,12 @@
 """``[swarm]``: joining the swarm and exchanging batches with it (docs/swarm.md)."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ftis.node.config.base import MAX_BYTES, MAX_CONCURRENT_STREAMS, MAX_COUNT, MAX_SECONDS, Section
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_TTL_S
-
-if TYPE_CHECKING:
-    from ftis.node.swarm.inbox import InboxLimits
-    from ftis.node.swarm.reputation import ReputationSettings
-    from ftis.node.swarm.sampling import ReadSettings
-
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_SHARDS = 1024  # 16,384 peers at 16 records a shard; the schema validator's build time grows with it
@@ -197,14 +191,6 @@ class SwarmConfig(Section):
                              f"({self.max_buffered_batches})")
         return self
 
-    def read_settings(self) -> "ReadSettings":
-        """How polls sample the shards, as ``swarm/sampling.py`` takes it."""
-        from ftis.node.swarm.sampling import ReadSettings
-
-        per_poll = self.shards_per_poll or self.shards
-        return ReadSettings(shards=self.shards, per_poll=per_poll, most_per_poll=self.max_shards_per_poll or per_poll,
-                            remember_polls=self.remember_polls, want_peers=self.want_peers)
-
     def sampling_line(self) -> str:
         """The directory settings in one line (``ftis-node status``, a node's start-up)."""
         read = "all" if not self.shards_per_poll or self.shards_per_poll == self.shards else str(self.shards_per_poll)
@@ -215,17 +201,3 @@ class SwarmConfig(Section):
         beam = "hivemind's" if self.read_beam_size == 0 else str(self.read_beam_size)
         return (f"directory: {self.shards} shards, {read} read per poll{more}, the last {self.remember_polls} "
                 f"poll{'s' if self.remember_polls != 1 else ''} remembered, read beam {beam}; fetch budget {budget}")
-
-    def inbox_limits(self) -> "InboxLimits":
-        """What a node fetches and holds of its peers' batches, as ``swarm/inbox.py`` takes it."""
-        from ftis.node.swarm.inbox import InboxLimits
-
-        return InboxLimits(self.max_age_s, self.per_peer_quota, self.max_buffered_batches, self.max_buffered_bytes,
-                           other_tokenizers=self.other_tokenizers == "sequence")
-
-    def reputation(self) -> "ReputationSettings":
-        """The peer-score settings, as ``swarm/reputation.py`` takes them."""
-        from ftis.node.swarm.reputation import ReputationSettings
-
-        return ReputationSettings(half_life_s=self.score_half_life_s, min_evidence=self.score_min_evidence,
-                                  mute_below=self.mute_below, mute_s=self.mute_s, mute_max_s=self.mute_max_s)

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 
 from ftis.node.dashboard.charts import LINES
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
-from ftis.node.demo.follow import is_evaluation, is_step
+from ftis.node.runner.record_kinds import is_evaluation, is_step
 from ftis.node.swarm.peer_view import PeerViewError, muted_now, read_peer_view
 from ftis.node.trainer.step_metrics import record_key
 

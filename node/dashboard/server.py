@@ -33,6 +33,7 @@ from ftis.node.dashboard import defaults
 from ftis.node.dashboard.charts import layout
 from ftis.node.dashboard.members import MembersWatch
 from ftis.node.dashboard.nodes import NodeWatch
+from ftis.node.errors import USAGE, UserError
 
 SECURITY_HEADERS = {
     # Only this origin's script, style and data; no inline script or style, no frames, no forms, no plugins.
@@ -50,8 +51,10 @@ STATIC = {  # path -> (file in static/, content type)
 }
 
 
-class DashboardError(RuntimeError):
+class DashboardError(UserError, RuntimeError):
     """The dashboard cannot serve as asked (a public address without ``public``, a port in use)."""
+
+    exit_code = USAGE
 
 
 def check_bind(host: str, public: bool) -> None:

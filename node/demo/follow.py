@@ -8,7 +8,7 @@
 
 The node appends one JSON object per line and flushes each (``runner/metrics.py``); a line the reader
 meets half-written has no newline yet and is kept until it is complete. Step records carry
-``own_groups``; evaluation records carry ``eval_total`` and no ``own_groups``.
+``own_groups``; evaluation records carry ``eval_total`` and no ``own_groups`` (``runner/record_kinds.py``).
 """
 
 import json
@@ -17,15 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-Record = Mapping[str, Any]
-
-
-def is_step(record: Record) -> bool:
-    return "own_groups" in record
-
-
-def is_evaluation(record: Record) -> bool:
-    return "eval_total" in record and not is_step(record)
+from ftis.node.runner.record_kinds import Record, is_evaluation, is_step
 
 
 @dataclass(frozen=True)

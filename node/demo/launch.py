@@ -17,6 +17,7 @@ from typing import Any
 from ftis.node.demo.children import Child
 from ftis.node.demo.settings import merged
 from ftis.node.demo.toml_file import write_toml
+from ftis.node.errors import UserError
 
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"  # any free port on loopback: the demo never listens on a network
 NODE_CONFIG = "node.toml"  # in each node's folder, beside what the node writes there
@@ -25,7 +26,7 @@ _JOIN_HINT = "ftis-node join --peer "  # how the bootstrap prints its addresses
 _DASHBOARD_HINT = "dashboard: http"  # how the dashboard prints its address
 
 
-class DemoError(RuntimeError):
+class DemoError(UserError, RuntimeError):
     """The demo cannot go on: a process died or never came up, or the output folder is taken."""
 
 

@@ -46,6 +46,7 @@ from ftis.node.config import (
     merged,
     read_toml,
 )
+from ftis.node.errors import USAGE, UserError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$"  # labels become file names and run ids
 SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's position
@@ -54,8 +55,10 @@ SEED_STRIDE = 1000  # model seed = SEED_STRIDE * cell seed + the model's positio
 EXPERIMENT_MODEL_KEYS = frozenset({"name", "adapter", "lora_rank", "lora_alpha", "seed", "warmup"})
 
 
-class GridError(ValueError):
+class GridError(UserError, ValueError):
     """A grid file that cannot be read or does not describe a runnable grid; the message says why."""
+
+    exit_code = USAGE
 
 
 _NODE_MODEL = ModelConfig.model_fields

@@ -25,8 +25,9 @@ from typing import Protocol, TypeVar
 from ftis.node.config import SwarmConfig
 from ftis.node.runner.node import Node
 from ftis.node.runner.round_report import RoundReport
+from ftis.node.swarm.inbox import inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.reputation import PeerScore, reputation_settings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor
@@ -54,9 +55,9 @@ class LockstepSwarm:
     def __init__(self, size: int, swarm: SwarmConfig):
         self.hub = MemoryHub()
         self.barrier = threading.Barrier(size, timeout=BARRIER_TIMEOUT_S)
-        self._limits = swarm.inbox_limits()
+        self._limits = inbox_limits(swarm)
         self._run_id = swarm.run_id
-        self._reputation = swarm.reputation()
+        self._reputation = reputation_settings(swarm)
 
     def transport(self, peer_id: str, tokenizer: str) -> "LockstepTransport":
         return LockstepTransport(MemoryTransport(self.hub, self._run_id, peer_id, tokenizer, self._limits,

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from ftis.node.atomic import write_atomic
+from ftis.node.errors import UserError
 from ftis.node.experiment.grid import Cell
 
 CELLS = "cells"
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """A cell file that cannot be used: unreadable, or from other settings; the message says which."""
 
 

@@ -16,12 +16,13 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from ftis.node.errors import UserError
 from ftis.protocol import Completion, SamplingSettings
 
 FinishReason = Literal["stop", "length"]
 
 
-class GenerationBackendError(RuntimeError):
+class GenerationBackendError(UserError, RuntimeError):
     """A generation backend that cannot serve: not installed, misconfigured, or failing mid-run."""
 
 

@@ -51,6 +51,7 @@ import transformers
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ftis.node.errors import UserError
 from ftis.node.models.quiet import no_progress_bars
 from ftis.node.models.seeding import seeded
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
@@ -66,7 +67,7 @@ REAL_MODELS = ("smollm2-135m-instruct", "gemma-3-270m")  # the folders .ci/model
 _PATH_LIKE = re.compile(r"^(/|\.|~)|/.*/|\\")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserError, ValueError):
     """The model named cannot be loaded as a policy (the message says why and what would work)."""
 
 

@@ -40,6 +40,7 @@ from transformers import (
     Qwen2Config,
 )
 
+from ftis.node.errors import UserError
 from ftis.node.models.quiet import no_progress_bars
 from ftis.node.models.seeding import seeded
 from ftis.node.models.tokenizer import tokenizer_fingerprint
@@ -51,7 +52,7 @@ SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "n
          "intermediate_size": 192}
 
 
-class StandInError(RuntimeError):
+class StandInError(UserError, RuntimeError):
     """The stand-in cannot be built from this folder, or would not reload with the same tokenizer."""
 
 

@@ -11,6 +11,7 @@ Files:
 - ``checkpoint.py`` checkpoints: atomic write, verified read, keep-last-K, resume refused for another model.
 - ``checkpointer.py`` ``Checkpointer``: when a running node checkpoints, exports its model and resumes.
 - ``metrics.py``    the per-step record and where it goes: ``metrics.jsonl``, TensorBoard events.
+- ``record_kinds.py`` ``is_step``, ``is_evaluation``: the two kinds of ``metrics.jsonl`` line, for its readers.
 - ``writer.py``     background threads for those files and the round's publish, in order; errors reach the loop.
 - ``utilisation.py`` where a round's wall time goes (generating, training, the rest): the node's utilisation.
 - ``display.py``    the terminal: a live rich table, or one summary line per step off a terminal.

@@ -37,6 +37,7 @@ from typing import IO, Any
 import torch
 
 from ftis.node.atomic import fsync_folder, replace_folder
+from ftis.node.errors import UserError
 from ftis.node.models import Policy
 from ftis.node.runner.node import Node, NodeState
 from ftis.node.runner.rng import RngState
@@ -49,7 +50,7 @@ _MANIFEST_KEYS = {"format": int, "round": int, "policy_version": int, "created_a
                   "config": dict, "rng": dict, "files": dict}
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint cannot be written, read or resumed from; the message says which and why."""
 
 

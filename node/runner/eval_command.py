@@ -34,17 +34,17 @@ from ftis.node.config import (
     describe_validation_error,
     load_config,
 )
+from ftis.node.errors import FAILURE, USAGE, UserError
 from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitError
 
 if TYPE_CHECKING:
     from ftis.node.models import Policy
     from ftis.node.runner.evaluation import EvalProgress, EvalResult
 
-USAGE, FAILURE = 2, 1  # exit codes: the user's input is wrong / something failed on valid input
 
-
-class EvalCommandError(Exception):
-    """What the command prints as ``error: …`` before exiting with ``exit_code``."""
+class EvalCommandError(UserError):
+    """What the command prints as ``error: …`` before exiting with ``exit_code``, which each raise chooses (``USAGE``
+    or ``FAILURE``): a missing model or data file is the user's to fix, one that fails to load is a failure."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

@@ -4,14 +4,10 @@
     result = evaluate(policy, make_task("gsm8k"), "test", limit=200, max_new_tokens=512)
     print(f"{result.accuracy:.1%} of {result.total}")
 
-Which problems (``eval_problems``): the first ``limit`` of a finite split, or all of it when
-``limit`` is None. A synthetic split (``task.size`` is None) has no first problems worth the name, so
-it is a fixed set of ``limit`` *distinct* problems (``SYNTHETIC_DEFAULT_LIMIT`` when None): indices
-drawn from a hash of their rank (``problem_indices``), a problem whose question was already drawn
-skipped, so that a small problem space is not scored as a few problems counted many times over. The
-same set in every evaluation, on every machine, and a smaller limit's set is a prefix of a larger
-one's. Evaluations during training therefore always score the same problems. A split with fewer
-distinct problems than asked for is scored whole (``total`` says how many).
+Which problems (``eval_problems``): the fixed set of ``tasks/eval_set.py``, the same in every evaluation, on
+every machine: the first ``limit`` of a finite split (all of it when ``limit`` is None), or ``limit`` *distinct*
+problems of a synthetic one, drawn from a hash of their rank. A split with fewer distinct problems than asked for
+is scored whole (``total`` says how many).
 
 Noise: ``standard_error`` is the binomial one, sqrt(p(1 − p) / total); a change of accuracy between two
 evaluations of one run (same problems) is read against it. Tasks that name a skill per problem
@@ -26,29 +22,26 @@ or wrong: a model that never writes the format scores 0 however well it computes
 problem set, batch size and device: there is no sampling.
 """
 
-import hashlib
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ftis.node.errors import UserError
 from ftis.node.generation.hf import greedy
 from ftis.node.generation.stops import StopStrings
 from ftis.node.models import Policy
 from ftis.node.tasks import Problem, Task
+from ftis.node.tasks.eval_set import fixed_indices, fixed_problems
 from ftis.node.tasks.prompts import Prompter, uses_bos
 
 HELD_OUT_SPLIT = "test"  # every built-in task's held-out split, evaluated unless another is named
-SYNTHETIC_DEFAULT_LIMIT = 500  # problems of an unbounded (synthetic) split when no limit is given
-_INDEX_SPACE = 2**31  # synthetic indices are drawn below this, like the node's training prompts
-_RANKS_PER_PROBLEM = 20  # a synthetic split whose space is exhausted: give up after this many draws per problem
 
 # progress(done, total, correct): called after each batch with the problems scored so far
 EvalProgress = Callable[[int, int, int], None]
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """An evaluation that cannot run as asked (bad limit or batch size, an empty split)."""
 
 
@@ -105,22 +98,7 @@ def problem_indices(size: int | None, limit: int | None) -> list[int]:
     """The indices evaluated in a split of ``size`` problems (None: synthetic, unbounded); see the
     module docstring."""
     _check_limit(limit)
-    if size is not None:
-        return list(range(size if limit is None else min(limit, size)))
-    count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
-    return list(itertools.islice(_hashed_indices(), count))
-
-
-def _hashed_indices() -> Iterator[int]:
-    """Distinct indices below ``_INDEX_SPACE`` from a hash of their rank, endlessly (a repeated draw, vanishingly
-    rare, is skipped)."""
-    seen: set[int] = set()
-    for rank in itertools.count():
-        digest = hashlib.blake2b(f"ftis-eval/{rank}".encode(), digest_size=8).digest()
-        index = int.from_bytes(digest, "little") % _INDEX_SPACE
-        if index not in seen:
-            seen.add(index)
-            yield index
+    return fixed_indices(size, limit)
 
 
 def _check_limit(limit: int | None) -> None:
@@ -130,22 +108,12 @@ def _check_limit(limit: int | None) -> None:
 
 def eval_problems(task: Task, split: str, limit: int | None) -> list[Problem]:
     """The problems ``evaluate`` scores (see the module docstring). Raises the task's errors for an unknown
-    split or bad data, and ``EvalError`` for an empty split."""
-    size = task.size(split)
-    if size is not None:
-        indices = problem_indices(size, limit)
-        if not indices:
-            raise EvalError(f"{task.name}/{split} has no problems")
-        return [task.problem(split, index) for index in indices]
+    split or bad data, and ``EvalError`` for a bad limit or an empty split."""
+    size = task.size(split)  # the task's errors before the limit's
     _check_limit(limit)
-    count = SYNTHETIC_DEFAULT_LIMIT if limit is None else limit
-    distinct: dict[str, Problem] = {}
-    for index in itertools.islice(_hashed_indices(), count * _RANKS_PER_PROBLEM):
-        problem = task.problem(split, index)
-        distinct.setdefault(problem.question, problem)
-        if len(distinct) == count:
-            break
-    return list(distinct.values())
+    if size == 0:
+        raise EvalError(f"{task.name}/{split} has no problems")
+    return fixed_problems(task, split, limit)
 
 
 def evaluate(

@@ -23,6 +23,7 @@ from ftis.node.runner.utilisation import LoopClock
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Task
 from ftis.node.tasks.prompts import policy_prompter
+from ftis.node.trainer.loss_params import loss_params
 
 
 def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None,
@@ -120,7 +121,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
             with clock.part("metrics"):
                 record = metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy,
                                         loop=lap, alone_s=alone.seconds())
-            g = node.config.loss.params(step=node.trainer.policy_version).divergence_threshold
+            g = loss_params(node.config.loss, step=node.trainer.policy_version).divergence_threshold
             for line in mutes.check(report.scores, record["rejections_by_peer"], time.time(), g):
                 echo(line)
             done += 1

@@ -7,7 +7,7 @@ so the step record that carries ``eval_accuracy`` describes one policy. Round 0 
 The join loop runs it inside the round (``Node.run_round(evaluate)``), once the round's batch is published
 and before its step: the weights are still the round's first, and the peers need not wait for it.
 A node in ``rounds`` mode may jump rounds to fall into step with its peers; it evaluates at the first
-round past each multiple. The problems are the same every time (``evaluation.problem_indices``).
+round past each multiple. The problems are the same every time (``tasks/eval_set.py``).
 
 Each evaluation writes a record of its own into ``metrics.jsonl`` (``eval_record``: ``round`` is the
 round it precedes, the other keys start with ``eval_``; ``eval_skills`` holds the accuracy per skill

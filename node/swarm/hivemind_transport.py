@@ -72,13 +72,14 @@ from ftis.node.swarm.inbox import (
     TOO_LARGE,
     Inbox,
     Rejected,
+    inbox_limits,
 )
 from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
 from ftis.node.swarm.p2pd_metrics import RelayCounters, free_port, read_counters
 from ftis.node.swarm.reachability import RelayAwareDHT, own_reach, p2p_options, p2pd_flags, relays_of
 from ftis.node.swarm.records import latest_expiration, record_validators, run_prefix, shard_key, shard_of
-from ftis.node.swarm.reputation import PeerScore
-from ftis.node.swarm.sampling import Sampler
+from ftis.node.swarm.reputation import PeerScore, reputation_settings
+from ftis.node.swarm.sampling import Sampler, read_settings
 from ftis.node.swarm.slots import FairSlots
 from ftis.node.swarm.transport import Member, ReceivedBatch, SwarmError, TransportStats, member_of
 from ftis.protocol import RolloutBatch
@@ -188,8 +189,8 @@ class HivemindTransport:
         self._key = shard_key(config.run_id, shard_of(self._peer_id, config.shards))
         self._handler = f"{run_prefix(config.run_id)}.batch"
         self._outbox = Outbox(config.run_id, self._peer_id, keep=config.keep_batches, clock=clock)
-        self._inbox = Inbox(config.run_id, tokenizer, replace(config.inbox_limits(), max_text_bytes=max_text_bytes),
-                            clock=clock, reputation=config.reputation())
+        self._inbox = Inbox(config.run_id, tokenizer, replace(inbox_limits(config), max_text_bytes=max_text_bytes),
+                            clock=clock, reputation=reputation_settings(config))
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="ftis-decode")  # fetched payloads, one at a time
         self._members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
@@ -197,7 +198,7 @@ class HivemindTransport:
         self._own_relays = relay_ids(relays_of(config))
         self._directory = Directory()
         self._rng = random.Random()
-        self._sampler: Sampler[Announcement] = Sampler(config.read_settings(), self._rng)
+        self._sampler: Sampler[Announcement] = Sampler(read_settings(config), self._rng)
         self._closed = False
         self._serves_turned_away = self._announce_failures = self._poll_failures = 0  # the network thread counts
         self._relayed_received = self._relayed_sent = 0  # ...and these

@@ -16,11 +16,13 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
+from ftis.node.errors import UserError
+
 logger = logging.getLogger(__name__)
 _SHA256_MULTIHASH = bytes([0x12, 0x20])  # multihash prefix: sha2-256, 32 bytes
 
 
-class IdentityError(ValueError):
+class IdentityError(UserError, ValueError):
     """An identity file that cannot be created or read."""
 
 

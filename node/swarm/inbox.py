@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings
+from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
 from ftis.node.swarm.sampling import Offer, pick, rank_offers
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, read
@@ -90,12 +90,18 @@ class InboxLimits:
     max_text_bytes: int | None = None
 
 
+def inbox_limits(swarm: SwarmConfig) -> InboxLimits:
+    """What a node fetches and holds of its peers' batches, from ``[swarm]``."""
+    return InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches, swarm.max_buffered_bytes,
+                       other_tokenizers=swarm.other_tokenizers == "sequence")
+
+
 class Inbox:
     def __init__(self, run_id: str, tokenizer: str, limits: InboxLimits, clock: Callable[[], float] = time.time,
                  reputation: ReputationSettings | None = None):
         """``reputation``: how peers are scored and muted; None takes ``SwarmConfig``'s defaults."""
         self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
-        self._reputation = Reputation(reputation if reputation is not None else SwarmConfig().reputation())
+        self._reputation = Reputation(reputation if reputation is not None else reputation_settings(SwarmConfig()))
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, round) -> created_at
         # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ftis.node.atomic import write_atomic
+from ftis.node.errors import UserError
 from ftis.node.swarm.reputation import PeerScore
 
 PEER_VIEW_FILE = "peers.json"
 
 
-class PeerViewError(RuntimeError):
+class PeerViewError(UserError, RuntimeError):
     """A node folder without a readable peer view; the message says why."""
 
 

@@ -37,6 +37,8 @@ Pure: every call takes the time ``now`` (unix seconds) from its caller; not thre
 import math
 from dataclasses import dataclass
 
+from ftis.node.config import SwarmConfig
+
 DELIVERED_WEIGHT = 1.0
 REFUSED_WEIGHT = 1.0
 FAILED_WEIGHT = 0.5
@@ -55,6 +57,12 @@ class ReputationSettings:
     mute_below: float  # a judged peer whose score is below this is muted; 0: nobody is ever muted
     mute_s: float  # the first mute's length; each next one is twice the previous
     mute_max_s: float  # the longest mute
+
+
+def reputation_settings(swarm: SwarmConfig) -> ReputationSettings:
+    """The peer-score settings of ``[swarm]``."""
+    return ReputationSettings(half_life_s=swarm.score_half_life_s, min_evidence=swarm.score_min_evidence,
+                              mute_below=swarm.mute_below, mute_s=swarm.mute_s, mute_max_s=swarm.mute_max_s)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ftis.node.config import SwarmConfig
+
 Item = TypeVar("Item")
 
 
@@ -60,6 +62,13 @@ class ReadSettings:
     most_per_poll: int  # the most a poll reads when the node sees too few peers (≥ K)
     remember_polls: int  # reads remembered: the newest listing of each peer they returned
     want_peers: int  # fewer peers remembered than this: the next poll reads more
+
+
+def read_settings(swarm: SwarmConfig) -> ReadSettings:
+    """How polls sample the shards, from ``[swarm]``."""
+    per_poll = swarm.shards_per_poll or swarm.shards
+    return ReadSettings(shards=swarm.shards, per_poll=per_poll, most_per_poll=swarm.max_shards_per_poll or per_poll,
+                        remember_polls=swarm.remember_polls, want_peers=swarm.want_peers)
 
 
 class Sampler(Generic[Item]):

@@ -8,13 +8,14 @@ Both apply the same receive policy (``inbox.py``) and pass the same contract tes
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ftis.node.errors import UserError
 from ftis.node.swarm.p2pd_metrics import RelayCounters
 from ftis.node.swarm.reputation import PeerScore
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
 
-class SwarmError(RuntimeError):
+class SwarmError(UserError, RuntimeError):
     """The swarm could not be joined: a bad peer address, a start-up timeout, an unusable identity..."""
 
 

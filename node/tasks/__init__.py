@@ -12,6 +12,7 @@ Files:
 - ``arithmetic.py``  synthetic arithmetic for tiny CPU models: difficulty settings, train/test/ood splits.
 - ``gold.py``        the gold answer for a received group: own copy first, the peer's only if trusted.
 - ``registry.py``    ``make_task(name, **settings)`` and the one table of task names.
+- ``eval_set.py``    the fixed problems an evaluation scores (and the warm-up's accuracy): the same everywhere.
 - ``prompts.py``     the token ids a node conditions on for a problem, raw or in the chat template, and every
                      rendering a peer's group may carry (imports transformers' tokenizer base; not re-exported).
 """

@@ -8,6 +8,8 @@ generator's reward is advisory, docs/loss.md).
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ftis.node.errors import UserError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -94,7 +96,7 @@ class Task(Protocol):
         ...
 
 
-class TaskError(Exception):
+class TaskError(UserError):
     """Base class of the errors this package raises."""
 
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from ftis.node.errors import UserError
 from ftis.node.tasks.base import Problem, Task
 
 ChatTemplate = Literal["auto", "on", "off"]
@@ -40,7 +41,7 @@ MAX_FEW_SHOT = 16  # solved examples a prompt may show (the config's bound)
 _DRAWS_PER_SHOT = 20  # a synthetic split's draws per distinct example before giving up
 
 
-class PromptError(ValueError):
+class PromptError(UserError, ValueError):
     """The prompt settings cannot work with this model or task (the message says which and why)."""
 
 

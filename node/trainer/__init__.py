@@ -9,5 +9,6 @@ Files:
 - ``advantage_groups.py`` ``merge_shared``: nodes' groups for one shared prompt become one advantage group.
 - ``logprobs.py``  per-token log-probs of completion tokens at the sampler's temperature.
 - ``trainer.py``   ``Trainer.step``: forward, loss variant, backward per micro-batch, clip, AdamW.
+- ``loss_params.py`` ``loss_params``: ``[loss]`` as the loss takes it, g at the step's point of its schedule.
 - ``step_metrics.py`` ``StepMetrics``: the step's figures, each declared once with where it goes (add a metric here).
 """

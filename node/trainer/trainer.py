@@ -29,6 +29,7 @@ from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, SequenceLossInputs, compute_loss
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs, shares_prompts
+from ftis.node.trainer.loss_params import loss_params
 from ftis.node.trainer.packing import PackedBatch, micro_batches, pack
 from ftis.node.trainer.step_metrics import LossSums, StepMetrics
 
@@ -72,7 +73,7 @@ class Trainer:
         if not informative:  # every other figure is zero
             return StepMetrics(policy_version=self.policy_version, zero_variance_groups=skipped,
                                seconds=time.perf_counter() - started)
-        params = self._loss.params(step=self.policy_version)
+        params = loss_params(self._loss, step=self.policy_version)
         self.model.train()
         sums = self._backward(informative, params)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ftis.node.errors import UserError
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.warmup.train import Progress, WarmupPlan, WarmupResult, supervised_warmup
 
@@ -40,7 +41,7 @@ RECORD_FILE = "warmup.json"
 CACHE_ENV = "FTIS_CACHE"
 
 
-class WarmupCacheError(RuntimeError):
+class WarmupCacheError(UserError, RuntimeError):
     """A cache folder that exists but cannot be used (unreadable record, or a recipe other than its key's)."""
 
 

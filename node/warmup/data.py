@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ftis.node.errors import UserError
 from ftis.node.tasks import ArithmeticTask, Problem
 from ftis.node.tasks.prompts import Prompter, uses_bos
 
 
-class WarmupDataError(ValueError):
+class WarmupDataError(UserError, ValueError):
     """The tokenizer cannot encode the examples, or has no end-of-sequence token to end them with."""
 
 

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from ftis.node.generation.hf import greedy
 from ftis.node.models import Policy
 from ftis.node.tasks import ArithmeticTask, Problem
+from ftis.node.tasks.eval_set import fixed_problems
 from ftis.node.warmup.data import Batch, collate, encode_example
 
 _DATA_STREAM = 2  # numpy seed stream [seed, 2]: the node's own sampling uses [seed, 1]
@@ -102,12 +103,10 @@ def completion_loss(model: nn.Module, batch: Batch) -> Tensor:
 
 def greedy_accuracy(policy: Policy, task: ArithmeticTask, problems: int, batch_size: int = 256,
                     split: str = "test") -> float:
-    """Share of ``problems`` distinct problems of ``split`` (the evaluation's set, ``eval_problems``) whose
+    """Share of ``problems`` distinct problems of ``split`` (the evaluation's set, ``tasks/eval_set.py``) whose
     greedy completion the task rewards."""
-    from ftis.node.runner.evaluation import eval_problems
-
     tokenizer = policy.tokenizer
-    held_out = eval_problems(task, split, problems)
+    held_out = fixed_problems(task, split, problems)
     examples = [encode_example(task, problem, tokenizer) for problem in held_out]
     longest = max(len(example.target_ids) for example in examples)
     completions = greedy(

@@ -8,7 +8,7 @@ from ftis.node.config import NodeConfig
 from ftis.node.generation import make_generator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
-from ftis.node.swarm.inbox import InboxLimits
+from ftis.node.swarm.inbox import InboxLimits, inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem
@@ -52,7 +52,7 @@ def make_node(hub: MemoryHub, peer_id: str, model: str = "tiny-small", adapter: 
               **sections: dict) -> Node:
     """A node on ``hub`` training ``model`` on ``DigitTask``; ``sections`` override config sections."""
     config = node_config(model, adapter, seed, **sections)
-    limits = replace(LIMITS, other_tokenizers=config.swarm.inbox_limits().other_tokenizers)
+    limits = replace(LIMITS, other_tokenizers=inbox_limits(config.swarm).other_tokenizers)
     return build_node(config, lambda fingerprint: MemoryTransport(hub, config.swarm.run_id, peer_id, fingerprint,
                                                                   limits))
 
