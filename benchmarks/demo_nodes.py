@@ -100,7 +100,7 @@ def stand_in_peers(case: Case, seeds: tuple[int, ...]) -> list | None:
 
 def demo_prompts(config: NodeConfig, tokenizer, count: int, first: int = 0) -> list[np.ndarray]:
     """Prompt ids of the task's problems ``first``..``first + count - 1`` of its training split."""
-    from ftis.node.runner.join import build_task
+    from ftis.node.tasks import build_task
     from ftis.node.tasks.prompts import prompt_ids
 
     task = build_task(config.task)

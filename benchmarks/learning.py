@@ -19,7 +19,7 @@ so each seed has its own warm start (trained once, then cached like the demo's) 
 The node is the real one (``build_node``, ``Node.run_round``) on an in-memory transport with no peer:
 plain GRPO on its own groups, as the demo's solo baseline. Evaluation: greedy accuracy on the same
 ``--eval-problems`` distinct held-out test problems before round 0, every ``--eval-every`` rounds and after
-the last (``runner/evaluation.py``), with the carry / no-carry split. Sampling accuracy is the mean
+the last (``evaluation/evaluation.py``), with the carry / no-carry split. Sampling accuracy is the mean
 reward of the node's own completions, averaged over each block of 10 rounds.
 
 Figures: per node, held-out accuracy at the start and at the end and the gain, as mean ± standard error
@@ -83,8 +83,8 @@ def run_job(job: Job) -> dict[str, Any]:
     """One solo run: the record of its evaluations and its per-round sampling accuracy."""
     import torch
 
+    from ftis.node.evaluation.evaluation import evaluate
     from ftis.node.experiment.lockstep import LockstepSwarm
-    from ftis.node.runner.evaluation import evaluate
     from ftis.node.runner.join import build_node
 
     torch.set_num_threads(job.threads)
@@ -120,9 +120,8 @@ def supervised_control(config, job: Job) -> dict[str, Any]:
     learning rate, no stop), then evaluated like the GRPO runs: what further training alone would give."""
     from dataclasses import replace
 
-    from ftis.node.runner.evaluation import evaluate
-    from ftis.node.runner.join import build_task
-    from ftis.node.tasks import ArithmeticTask
+    from ftis.node.evaluation.evaluation import evaluate
+    from ftis.node.tasks import ArithmeticTask, build_task
     from ftis.node.warmup import load_warm_policy, supervised_warmup, warmup_spec
 
     policy = load_warm_policy(config.model, config.task)

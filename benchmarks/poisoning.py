@@ -99,7 +99,7 @@ def run_poisoning_cell(grid: Grid, cell: Cell, warm: dict[str, Path]) -> dict[st
     from benchmarks.poisoning_attack import Attacker, AttackSettings, StepAudit, attack_success, top_answers
     from ftis.node.experiment.cell import CellExtras, run_cell
     from ftis.node.models import build_tokenizer, tokenizer_fingerprint
-    from ftis.node.runner.join import build_task
+    from ftis.node.tasks import build_task
 
     settings = AttackSettings()
     audits: dict[str, StepAudit] = {}

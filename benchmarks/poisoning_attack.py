@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.experiment.lockstep import LockstepTransport
 from ftis.node.loss import LossInputs, compute_loss
-from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.node import Node
 from ftis.node.tasks import Task
 from ftis.node.tasks.prompts import prompt_ids

@@ -23,7 +23,7 @@ Topology (``benchmarks/netns.py``; nothing leaves the machine):
   as a node of the swarm is: then the home node's own connection carries its batches ("via direct"), the relay none.
   ``--logs DIR`` keeps each process's output.
 
-Each fetch is the transport's own (``HivemindTransport._download``: open a stream to the peer by its id, send the
+Each fetch is the transport's own (``hivemind_fetch.Fetcher.download``: open a stream to the peer by its id, send the
 round, read the length prefix and the payload; then ``open_payload``: size, SHA-256, strict decode), timed from the
 request to the decoded batch. Per size: one warm-up fetch per path, then the timed ones, the two paths taking turns.
 Latency = median and 90th percentile; throughput = payload bytes / median (MB = 10^6 bytes). Besides, the time from

@@ -20,7 +20,7 @@ Topology (``benchmarks/netns.py``; nothing leaves the machine), for each start:
 
 Measured, per start:
 (a) bytes per relayed connection: the stranger pulls the batch through the fetch protocol stream by stream (each
-    from where the last one ended, as ``HivemindTransport._download`` does: a fetch hides the resets), each stream
+    from where the last one ended, as ``hivemind_fetch.Fetcher.download`` does: a fetch hides the resets), each stream
     over a new relayed connection; the payload bytes each carried say which relay answered (the configured one
     resets at ``relay_data_limit_bytes``, p2pd's built-in one at 128 KiB);
 (b) relayed connections at once to one peer: ``relay_max_circuits + 2`` strangers each open one stream paced at

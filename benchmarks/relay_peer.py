@@ -103,7 +103,7 @@ def fetch_once(transport, peer_id: str, descriptor, timeout: float) -> float:
 
     async def fetch() -> float:
         started = time.perf_counter()
-        data, _ = await asyncio.wait_for(transport._download(peer_id, descriptor), timeout)
+        data, _ = await asyncio.wait_for(transport._fetcher.download(peer_id, descriptor), timeout)
         open_payload(descriptor, data)
         return time.perf_counter() - started
 

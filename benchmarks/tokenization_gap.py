@@ -242,7 +242,7 @@ def measure(grid, label: str, problems: int, group_size: int | None, seed: int) 
     from ftis.node.experiment.cell import warm_start_of
     from ftis.node.generation import make_generator
     from ftis.node.models import load_policy
-    from ftis.node.runner.join import build_task
+    from ftis.node.tasks import build_task
     from ftis.node.tasks.prompts import prompt_ids, uses_chat_template
     from ftis.protocol import SamplingSettings
 

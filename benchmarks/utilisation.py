@@ -8,7 +8,7 @@ for the other nodes' batches) or ``async`` (never waits, trains on what has arri
 Method: ``ftis-node demo`` itself, without its solo baseline (``run_demo``: warm starts from the cache, a
 bootstrap and three ``ftis-node join`` processes over real hivemind on 127.0.0.1, the packaged
 ``node/demo/config.toml``; with ``--mode async`` the same file with ``[common.loop] mode = "async"``). Each
-node's run loop measures every round's share of its wall time and what took it (``node/runner/utilisation.py``;
+node's run loop measures every round's share of its wall time and what took it (``node/records/utilisation.py``;
 the laps tile the loop, so the parts add up to the wall time) and writes it into its ``metrics.jsonl``; this
 script reads those records when the demo ends. Round 0 is left out: its lap holds the node's first evaluation
 and, in rounds mode, the wait for the other processes to start up.
@@ -38,7 +38,7 @@ from ftis.node.demo.follow import read_progress
 from ftis.node.demo.launch import DemoError
 from ftis.node.demo.run import DemoRequest, run_demo
 from ftis.node.demo.toml_file import write_toml
-from ftis.node.runner.utilisation import PARTS, LoopLap, laps_of, work_share
+from ftis.node.records.utilisation import PARTS, LoopLap, laps_of, work_share
 
 SETUP = ("eval", "checkpoint")  # taken out of the wall time for the second figure
 

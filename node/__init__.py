@@ -10,7 +10,9 @@ Files:
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).
 - ``models/``, ``tasks/``, ``generation/``, ``trainer/``: the policy, tasks and rewards, sampling, the F-TIS step.
 - ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.
-- ``runner/``    a node's rounds, ``join``, checkpoints, evaluation, metrics and display.
+- ``records/``   a round's report, the ``metrics.jsonl`` record, TensorBoard, the display; what its readers share.
+- ``evaluation/`` greedy accuracy on held-out problems: inside the join loop, and ``ftis-node eval``.
+- ``runner/``    a node's rounds, ``join`` and its run loop, checkpoints.
 - ``warmup/``, ``demo/``, ``experiment/``: tiny models' warm start, ``ftis-node demo``, ``ftis-node experiment``.
 
 Importing this package imports nothing heavy: torch and hivemind load inside the modules that use

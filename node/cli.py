@@ -375,7 +375,7 @@ def eval_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
 ) -> None:
     """Evaluate a model greedily on a task's held-out split and print its accuracy."""
-    from ftis.node.runner.eval_command import EvalRequest, run_eval
+    from ftis.node.evaluation.eval_command import EvalRequest, run_eval
 
     request = EvalRequest(model=model, task=task, split=split, data=data, limit=limit, max_new_tokens=max_new_tokens,
                           batch_size=batch_size, adapter=adapter, chat_template=chat_template, device=device,

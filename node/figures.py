@@ -1,7 +1,7 @@
 """Figures declared once: a dataclass field made with ``figure(...)`` says where its value goes, and every
 output follows from that declaration. ``StepMetrics`` (``trainer/step_metrics.py``) declares the training
-step's figures, ``RoundReport`` (``runner/round_report.py``) a round's; ``runner/metrics.py`` and
-``runner/display.py`` read the declarations, never a list of names of their own.
+step's figures, ``RoundReport`` (``records/round_report.py``) a round's; ``records/metrics.py`` and
+``records/display.py`` read the declarations, never a list of names of their own.
 
 - ``record(figures)``: the flat ``metrics.jsonl`` record of a dataclass of figures, in field order. A plain
   figure is one key, its field's name; a section (``prefix`` set) spreads its value under the prefix: a

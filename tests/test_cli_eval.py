@@ -8,8 +8,8 @@ import torch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
+from ftis.node.evaluation.evaluation import evaluate
 from ftis.node.models import export_policy, load_policy
-from ftis.node.runner.evaluation import evaluate
 from ftis.node.tasks import ArithmeticTask
 
 runner = CliRunner()

@@ -27,7 +27,7 @@ from ftis.node.dashboard.run import OpenDashboard, node_names
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
 from ftis.node.dashboard.server import Content, DashboardError, DashboardServer, check_bind, make_server
 from ftis.node.figures import declared
-from ftis.node.runner.round_report import RoundReport
+from ftis.node.records.round_report import RoundReport
 from ftis.node.swarm.directory import MembersReading
 from ftis.node.swarm.transport import Member
 from ftis.node.trainer.step_metrics import FIGURES

@@ -11,7 +11,7 @@ from ftis.node.demo.follow import MetricsFollower, NodeProgress, read_progress
 from ftis.node.demo.plot import moving_average, plot_accuracy
 from ftis.node.demo.summary import SOLO_NOT_RUN, as_json, headline, markdown, rich_table, summarize
 from ftis.node.demo.view import LinesView, row, step_line
-from ftis.node.runner.metrics import report_record
+from ftis.node.records.metrics import report_record
 
 
 def step(round_: int, trained: bool = True, filtered: float = 0.25, sent_total: int = 1600) -> dict:

@@ -11,8 +11,8 @@ from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_me
 from rich.console import Console
 
 from ftis.node.figures import Figure
-from ftis.node.runner.display import LineDisplay, TableDisplay, make_display, summary_line
-from ftis.node.runner.metrics import report_record
+from ftis.node.records.display import LineDisplay, TableDisplay, make_display, summary_line
+from ftis.node.records.metrics import report_record
 from ftis.node.trainer.step_metrics import FIGURES, StepMetrics
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -126,7 +126,7 @@ def test_every_figure_marked_shown_reaches_the_terminal():
 
 
 def test_a_shown_figure_beyond_the_layout_follows_it_by_name(monkeypatch):
-    import ftis.node.runner.display as display
+    import ftis.node.records.display as display
 
     monkeypatch.setattr(display, "_MORE", (("novel_fraction", Figure(shown=True, unit="fraction")),
                                            ("novel_count", Figure(shown=True, unit="count"))))
@@ -158,7 +158,7 @@ def test_join_refuses_an_unknown_display():
 
 
 def test_a_shown_round_figure_beyond_the_layout_follows_it_by_name(monkeypatch):
-    import ftis.node.runner.display as display
+    import ftis.node.records.display as display
 
     monkeypatch.setattr(display, "_MORE_ROUND", (("novel_waits", Figure(shown=True, unit="count")),))
     novel = {"novel_waits": 3}

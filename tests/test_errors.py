@@ -37,7 +37,7 @@ INTERNAL = {
     # flow: a checkpoint asked for inside an optimizer step; the checkpointer catches it and saves no round
     "ftis.node.runner.node.RoundInterrupted",
     # hivemind's process dropped a DHT call: counted and retried by the announcer and the poller
-    "ftis.node.swarm.hivemind_transport.DHTCallLost",
+    "ftis.node.swarm.dht_calls.DHTCallLost",
     # a peer's payload refused for a reason: caught and counted by the transport, never raised to a command
     "ftis.node.swarm.inbox.Rejected",
 }

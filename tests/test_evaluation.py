@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from ftis.node.config import NodeConfig
-from ftis.node.generation.hf import greedy
-from ftis.node.models import load_policy
-from ftis.node.runner.evaluation import (
+from ftis.node.evaluation.evaluation import (
     EvalError,
     eval_problems,
     evaluate,
     held_out_split,
     problem_indices,
 )
-from ftis.node.runner.periodic_eval import EvalSchedule
+from ftis.node.evaluation.periodic_eval import EvalSchedule
+from ftis.node.generation.hf import greedy
+from ftis.node.models import load_policy
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem

@@ -43,8 +43,8 @@ from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
+from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.node import Node, NodeState
-from ftis.node.runner.round_report import RoundReport
 from ftis.node.swarm.inbox import (
     BAD_ANNOUNCEMENT,
     DECODE_ERROR,

@@ -18,7 +18,7 @@ from helpers.hivemind_swarm import Swarm, start_bootstrap
 from hivemind.utils.mpfuture import MPFuture
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm import directory, hivemind_transport
+from ftis.node.swarm import dht_calls, directory, hivemind_announce, hivemind_fetch, hivemind_transport
 from ftis.node.swarm.bootstrap import run_bootstrap
 from ftis.node.swarm.transport import SwarmError
 
@@ -42,8 +42,8 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
 
 @pytest.fixture
 def short_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hivemind_transport, "_DHT_CALL_TIMEOUT_S", CALL_TIMEOUT_S)
-    monkeypatch.setattr(hivemind_transport, "_IDENTIFY_TIMEOUT_S", CALL_TIMEOUT_S)
+    monkeypatch.setattr(dht_calls, "_DHT_CALL_TIMEOUT_S", CALL_TIMEOUT_S)
+    monkeypatch.setattr(hivemind_announce, "_IDENTIFY_TIMEOUT_S", CALL_TIMEOUT_S)
 
 
 def never_answered(*_: object, **__: object) -> MPFuture:
@@ -81,7 +81,7 @@ def test_a_lost_read_fails_that_poll_and_the_next_ones_read(swarm, short_limits,
     alice, bob = swarm.nodes
     exchanged(swarm, alice, bob)
     failures = bob.transport.stats().poll_failures
-    monkeypatch.setattr(hivemind_transport, "read_shards", answer)
+    monkeypatch.setattr(hivemind_fetch, "read_shards", answer)
     swarm.wait_until(lambda: bob.transport.stats().poll_failures >= failures + 2, "two of bob's polls fail")
     monkeypatch.undo()
     exchanged(swarm, alice, bob)  # the poller lives on: bob reads alice's new announcement
@@ -90,9 +90,9 @@ def test_a_lost_read_fails_that_poll_and_the_next_ones_read(swarm, short_limits,
 def test_calls_left_unanswered_are_not_kept(swarm, short_limits, monkeypatch):
     carol = swarm.join(1, polled=False)[0]
     failures = carol.transport.stats().poll_failures
-    monkeypatch.setattr(hivemind_transport, "read_shards", never_answered)
+    monkeypatch.setattr(hivemind_fetch, "read_shards", never_answered)
     swarm.wait_until(lambda: carol.transport.stats().poll_failures >= failures + 4, "four of carol's polls fail")
-    assert len(carol.transport._dht_calls) <= 1  # the one in flight, at most: not one per lost call
+    assert len(carol.transport._dht_calls.pending) <= 1  # the one in flight, at most: not one per lost call
     carol.transport.close()
 
 

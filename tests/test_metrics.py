@@ -15,7 +15,7 @@ from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.record_writer import masked_crc32c
 
 from ftis.node.config import MetricsConfig, NodeConfig
-from ftis.node.runner.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
+from ftis.node.records.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.trainer.step_metrics import FIGURES, PeerFiltered, StepMetrics, record_key

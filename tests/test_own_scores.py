@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from helpers.nodes import make_node
 
-from ftis.node.runner.utilisation import Stopwatch
+from ftis.node.records.utilisation import Stopwatch
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.trainer.wire_groups import score_batch, score_own_batch
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from helpers.real_models import real_model
 
+from ftis.node.evaluation.evaluation import evaluate
 from ftis.node.generation.stops import StopStrings
 from ftis.node.models import load_policy
-from ftis.node.runner.evaluation import evaluate
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask
 from ftis.node.tasks.prompts import Prompter
 

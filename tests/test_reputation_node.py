@@ -12,8 +12,8 @@ from helpers.nodes import make_node
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.models import load_policy
-from ftis.node.runner.display import summary_line
-from ftis.node.runner.metrics import report_record
+from ftis.node.records.display import summary_line
+from ftis.node.records.metrics import report_record
 from ftis.node.swarm.inbox import MUTED, NONFINITE
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.swarm.transport import Transport

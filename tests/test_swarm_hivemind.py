@@ -35,7 +35,8 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis.node.swarm.directory import read_members
-from ftis.node.swarm.hivemind_transport import retry_delay, start_dht
+from ftis.node.swarm.hivemind_fetch import retry_delay
+from ftis.node.swarm.hivemind_transport import start_dht
 from ftis.node.swarm.inbox import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
 from ftis.node.swarm.records import run_prefix, shard_key, shard_of
 from ftis.protocol import encode

@@ -15,13 +15,16 @@ other did not. That keeps them fast on a real network too. The marker must come 
 (one announcement lists both); for another peer's batch, settle until its rejection is counted.
 
 To add an implementation, write a context manager like ``memory_swarm`` (it gets the test's pytest
-request, for module fixtures) and add one entry to ``IMPLEMENTATIONS``. ``hivemind_swarm`` runs a
-real swarm on 127.0.0.1 (marker ``hivemind``; one bootstrap DHT peer for the module, a run of its
-own per test, peers joining in parallel, short intervals); ``-m "not hivemind"`` leaves it out.
+request, for module fixtures) and add one entry to ``IMPLEMENTATIONS``. ``lockstep_swarm`` is the
+experiment's ``LockstepTransport`` with a barrier of one party (its publish waits for no one here).
+``hivemind_swarm`` runs a real swarm on 127.0.0.1 (marker ``hivemind``; one bootstrap DHT peer for
+the module, a run of its own per test, peers joining in parallel, short intervals); ``-m "not
+hivemind"`` leaves it out.
 """
 
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,7 +39,7 @@ from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import ReceivedBatch, Transport
-from ftis.protocol import RolloutBatch, encode
+from ftis.protocol import RolloutBatch, encode, read
 
 Received = dict[str, list[ReceivedBatch]]  # receiver's peer id -> what it got, in order
 
@@ -48,7 +51,8 @@ Received = dict[str, list[ReceivedBatch]]  # receiver's peer id -> what it got, 
 class SwarmHarness:
     """Connected transports of one implementation, and the time they live in."""
 
-    join: Callable[..., Transport]  # (name, tokenizer=TOKENIZER, other_tokenizers=True) -> a new transport
+    # (name, tokenizer=TOKENIZER, other_tokenizers=True, max_bytes=LIMITS.max_bytes) -> a new transport
+    join: Callable[..., Transport]
     run_id: str  # the run its transports are in
     now: Callable[[], float]  # unix seconds, as the transports' clocks read it
     advance: Callable[[float], None]  # let that much time pass
@@ -80,12 +84,19 @@ LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=64, max_batches=256, max_byt
 
 
 @contextmanager
-def memory_swarm(_request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
+def memory_swarm(_request: pytest.FixtureRequest, lockstep: bool = False) -> Iterator[SwarmHarness]:
     hub, clock, transports = MemoryHub(), FakeClock(), []
 
-    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True) -> Transport:
-        limits = replace(LIMITS, other_tokenizers=other_tokenizers)
-        transports.append(MemoryTransport(hub, RUN_ID, name, tokenizer, limits, clock=clock))
+    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True,
+             max_bytes: int = LIMITS.max_bytes) -> Transport:
+        limits = replace(LIMITS, other_tokenizers=other_tokenizers, max_bytes=max_bytes)
+        if lockstep:  # imports the node (torch): only when this implementation runs
+            from ftis.node.experiment.lockstep import LockstepTransport
+
+            transports.append(LockstepTransport(threading.Barrier(1), hub, RUN_ID, name, tokenizer, limits,
+                                                clock=clock))
+        else:
+            transports.append(MemoryTransport(hub, RUN_ID, name, tokenizer, limits, clock=clock))
         return transports[-1]
 
     try:
@@ -94,6 +105,12 @@ def memory_swarm(_request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
     finally:
         for t in transports:
             t.close()
+
+
+@contextmanager
+def lockstep_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarness]:
+    with memory_swarm(request, lockstep=True) as harness:
+        yield harness
 
 
 HIVEMIND_MAX_AGE_S = 60.0  # time is shifted on, not waited for: long, so no slow start ages a batch
@@ -144,8 +161,10 @@ def hivemind_swarm(request: pytest.FixtureRequest, **sampling: int) -> Iterator[
     clock = ShiftedClock(get_dht_time)
     transports: list[HivemindTransport] = []
 
-    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True) -> Transport:
-        settings = config.model_copy(update={"other_tokenizers": "sequence" if other_tokenizers else "skip"})
+    def join(name: str, tokenizer: str = TOKENIZER, other_tokenizers: bool = True,
+             max_bytes: int = LIMITS.max_bytes) -> Transport:
+        settings = config.model_copy(update={"other_tokenizers": "sequence" if other_tokenizers else "skip",
+                                             "max_buffered_bytes": max_bytes})
         transports.append(HivemindTransport(settings, tokenizer, clock=clock))  # the peer id is its own, not name
         return transports[-1]
 
@@ -163,7 +182,8 @@ def sampled_hivemind_swarm(request: pytest.FixtureRequest) -> Iterator[SwarmHarn
         yield harness
 
 
-IMPLEMENTATIONS = {"memory": memory_swarm, "hivemind": hivemind_swarm, "hivemind-sampled": sampled_hivemind_swarm}
+IMPLEMENTATIONS = {"memory": memory_swarm, "lockstep": lockstep_swarm, "hivemind": hivemind_swarm,
+                   "hivemind-sampled": sampled_hivemind_swarm}
 # these start real peers: marked ``hivemind`` (conftest reaps what they leave)
 REAL_NETWORK = {"hivemind", "hivemind-sampled"}
 
@@ -310,3 +330,25 @@ def test_stats_count_published_and_delivered_batches_and_bytes(swarm):
         assert (stats.published_batches, stats.published_bytes) == (len(mine), sum(size[k] for k in mine))
         assert (stats.delivered_batches, stats.delivered_bytes) == (len(theirs), sum(size[k] for k in theirs))
         assert stats.rejections == {}
+
+
+def test_a_payload_that_decodes_past_the_receivers_room_is_refused_charged_to_its_peer_and_the_next_arrives(swarm):
+    """Every transport opens a fetched payload the same way: charged what decoding takes before a byte is inflated,
+    refused (``too_large``) when that is more than the receiver holds, counted once, and held against the peer's
+    score; the peer's next batch, which fits, is delivered, counted and scored as any other."""
+    alice = swarm.join("alice")
+    big = make_batch(alice.peer_id, 0, swarm.now(), run_id=swarm.run_id, groups=32, group_size=8)
+    data = encode(big)
+    charge = len(data) + read(data).cost(texts=False)  # the receiver's own tokenizer: it reads the ids alone
+    bob = swarm.join("bob", max_bytes=charge - 1)  # room for its announced size, not for what decoding it takes
+    alice.publish(big)
+    marker = publish(alice, 1, swarm)
+    refused = (alice.peer_id, "too_large")
+    got = swarm.settle([bob], lambda got: has({bob.peer_id: {(alice.peer_id, 1)}})(got)
+                       and refused in bob.stats().rejections)
+    assert ids(got[bob.peer_id]) == [(alice.peer_id, 1)]
+    stats = bob.stats()
+    assert stats.rejections == {refused: 1}
+    assert (stats.delivered_batches, stats.delivered_bytes) == (1, len(encode(marker)))
+    score = bob.scores()[alice.peer_id]
+    assert score.good > 0 and score.bad > 0 and score.muted_until is None

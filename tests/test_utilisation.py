@@ -10,8 +10,8 @@ from helpers.metrics_fakes import report
 from helpers.nodes import make_node
 from helpers.swarm import FakeClock
 
-from ftis.node.runner.metrics import report_record, tensorboard_scalars
-from ftis.node.runner.utilisation import (
+from ftis.node.records.metrics import report_record, tensorboard_scalars
+from ftis.node.records.utilisation import (
     LOOP_PARTS,
     OTHER,
     PARTS,
@@ -105,7 +105,7 @@ def _weights(node) -> dict[str, torch.Tensor]:
 
 
 def test_evaluating_after_the_publish_trains_exactly_as_evaluating_before_the_round():
-    from ftis.node.runner.evaluation import evaluate
+    from ftis.node.evaluation.evaluation import evaluate
 
     def run(inside: bool) -> tuple[list, list[float], dict[str, torch.Tensor]]:
         hub = MemoryHub()

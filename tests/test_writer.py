@@ -1,4 +1,4 @@
-"""The background writer of a node's files (``runner/writer.py``) and ``RunMetrics`` on top of it: every
+"""The background writer of a node's files (``records/writer.py``) and ``RunMetrics`` on top of it: every
 record handed over is on disk once the run closes, in order, and a failed write reaches the run loop."""
 
 import json
@@ -8,8 +8,8 @@ import pytest
 from helpers.metrics_fakes import report
 
 from ftis.node.config import MetricsConfig
-from ftis.node.runner.metrics import RunMetrics
-from ftis.node.runner.writer import BackgroundWriter
+from ftis.node.records.metrics import RunMetrics
+from ftis.node.records.writer import BackgroundWriter
 
 
 def test_jobs_run_in_order_off_the_callers_thread_and_close_runs_them_all():

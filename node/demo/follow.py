@@ -6,9 +6,9 @@
         progress.add(record)      # a step record or an evaluation record
     progress.latest_step, progress.evaluations
 
-The node appends one JSON object per line and flushes each (``runner/metrics.py``); a line the reader
+The node appends one JSON object per line and flushes each (``records/metrics.py``); a line the reader
 meets half-written has no newline yet and is kept until it is complete. Step records carry
-``own_groups``; evaluation records carry ``eval_total`` and no ``own_groups`` (``runner/record_kinds.py``).
+``own_groups``; evaluation records carry ``eval_total`` and no ``own_groups`` (``records/record_kinds.py``).
 """
 
 import json
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftis.node.runner.record_kinds import Record, is_evaluation, is_step
+from ftis.node.records.record_kinds import Record, is_evaluation, is_step
 
 
 @dataclass(frozen=True)

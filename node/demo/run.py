@@ -44,7 +44,7 @@ from ftis.node.demo.launch import (
 from ftis.node.demo.settings import DemoConfig, load_demo_config
 from ftis.node.demo.summary import as_json, headline, markdown, rich_table, summarize
 from ftis.node.demo.view import View, make_view
-from ftis.node.runner.record_kinds import is_step
+from ftis.node.records.record_kinds import is_step
 
 POLL_S = 0.5  # how often the metrics files and the processes are looked at
 SOLO = "solo"  # the solo baseline's folder inside the demo's

@@ -3,7 +3,7 @@ the end, the mean over every evaluation (the area under the curve, steadier than
 when the solo baseline ran, what the same model reached alone on-policy from the same warm start and
 seed in as many rounds. Also what the swarm moved: peers' groups trained on, filtered share, IS weight,
 bytes; and each node's utilisation, the share of its wall time spent generating or training (after round 0,
-whose time holds the start-up: ``runner/utilisation.py``).
+whose time holds the start-up: ``records/utilisation.py``).
 
 When the task names skills (arithmetic: carry / no-carry), each node's *weakest skill* is the one it was
 worst at in its first evaluation (the specialist's: carry), with its accuracy at the start and the end,
@@ -23,8 +23,8 @@ from rich import box
 from rich.table import Table
 
 from ftis.node.demo.follow import NodeProgress
-from ftis.node.runner.display import size
-from ftis.node.runner.utilisation import laps_of, work_share
+from ftis.node.records.display import size
+from ftis.node.records.utilisation import laps_of, work_share
 
 SOLO_NOT_RUN = "solo baseline: not run (`--no-solo` or `[demo] solo = false`)"
 

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ftis.node.demo.follow import NodeProgress
-from ftis.node.runner.display import fixed, percent, size
+from ftis.node.records.display import fixed, percent, size
 
 # Under each header: "acc" is a mean binary reward; eval is greedy accuracy on the fixed held-out set
 # (with the round it was measured at); groups are own / peers' used this step; filtered and IS weight

@@ -35,11 +35,11 @@ from ftis.node.config import (
     load_config,
 )
 from ftis.node.errors import FAILURE, USAGE, UserError
-from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitError
+from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitError, build_task
 
 if TYPE_CHECKING:
+    from ftis.node.evaluation.evaluation import EvalProgress, EvalResult
     from ftis.node.models import Policy
-    from ftis.node.runner.evaluation import EvalProgress, EvalResult
 
 
 class EvalCommandError(UserError):
@@ -85,8 +85,8 @@ class _Plan:
 
 def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callable[[str], None]) -> "EvalResult":
     """Load, evaluate, print; raises ``EvalCommandError``."""
+    from ftis.node.evaluation.evaluation import EvalError, eval_problems, evaluate
     from ftis.node.generation.factory import stop_strings
-    from ftis.node.runner.evaluation import EvalError, eval_problems, evaluate
     from ftis.node.tasks.prompts import PromptError, policy_prompter
 
     plan = _plan(request)
@@ -142,8 +142,7 @@ def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callab
 
 def _plan(request: EvalRequest) -> _Plan:
     """The task, split and settings the request resolves to (module docstring)."""
-    from ftis.node.runner.evaluation import EvalError, held_out_split
-    from ftis.node.runner.join import build_task
+    from ftis.node.evaluation.evaluation import EvalError, held_out_split
 
     try:
         base = load_config(request.config) if request.config is not None else NodeConfig()

@@ -1,6 +1,6 @@
 """Greedy evaluation of a policy on a task's held-out split: accuracy, format, length and speed.
 
-    from ftis.node.runner.evaluation import evaluate
+    from ftis.node.evaluation.evaluation import evaluate
     result = evaluate(policy, make_task("gsm8k"), "test", limit=200, max_new_tokens=512)
     print(f"{result.accuracy:.1%} of {result.total}")
 

@@ -17,11 +17,28 @@ passes its accuracy into that round's step record, which the display and TensorB
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from ftis.node.runner.evaluation import EvalResult, evaluate, held_out_split, summary_line
-from ftis.node.runner.metrics import MetricsLog
-from ftis.node.runner.node import Node
+from ftis.node.config import NodeConfig
+from ftis.node.evaluation.evaluation import EvalResult, evaluate, held_out_split, summary_line
+from ftis.node.generation.stops import StopStrings
+from ftis.node.models import Policy
+from ftis.node.records.metrics import MetricsLog
+from ftis.node.tasks import Task
+from ftis.node.tasks.prompts import Prompter
+from ftis.node.trainer.trainer import Trainer
+
+
+class RunningNode(Protocol):
+    """What the loop's evaluation reads of a node: ``runner/node.py``'s ``Node``, on the layer above."""
+
+    config: NodeConfig
+    policy: Policy
+    task: Task
+    prompter: Prompter
+    stop: StopStrings | None
+    trainer: Trainer
+    round: int  # rounds completed: the next round's number
 
 
 def eval_record(result: EvalResult, round: int, policy_version: int) -> dict[str, Any]:
@@ -65,7 +82,7 @@ class EvalSchedule:
 class PeriodicEval:
     """When the join loop evaluates, with what settings, and the latest result (``last``)."""
 
-    def __init__(self, node: Node, echo: Callable[[str], None]):
+    def __init__(self, node: RunningNode, echo: Callable[[str], None]):
         settings, generation = node.config.eval, node.config.generation
         self.schedule = EvalSchedule(settings.every)
         self.split = settings.split or (held_out_split(node.task) if settings.every else None)
@@ -75,7 +92,7 @@ class PeriodicEval:
         self.last: EvalResult | None = None  # the latest evaluation, for whoever shows it
         self._echo = echo
 
-    def run_if_due(self, node: Node, log: MetricsLog) -> EvalResult | None:
+    def run_if_due(self, node: RunningNode, log: MetricsLog) -> EvalResult | None:
         """Evaluate ``node`` now if it is due before its next round; write and print the result."""
         if not self.schedule.due(node.round):
             return None

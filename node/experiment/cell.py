@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from ftis.node.config import ModelConfig, NodeConfig
+from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.experiment.grid import Cell, Grid
 from ftis.node.experiment.lockstep import LockstepSwarm, SwarmMember, in_parallel, step_round
-from ftis.node.runner.evaluation import EvalResult
+from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.node import Node
-from ftis.node.runner.round_report import RoundReport
 
 CELL_SCHEMA = 2  # bump when the record's layout changes
 Echo = Callable[[str], None]
@@ -154,7 +154,7 @@ def run_cell(grid: Grid, cell: Cell, warm: dict[str, Path], extras: CellExtras |
 def _evaluate(grid: Grid, node: Node, records: bool) -> tuple[EvalResult, EvalResult]:
     """Greedy evaluation of ``node`` on the in-distribution split (with per-problem ``records`` when asked)
     and on the OOD split."""
-    from ftis.node.runner.evaluation import evaluate
+    from ftis.node.evaluation.evaluation import evaluate
 
     config = node.config
     settings = {"limit": grid.eval_problems, "prompter": node.prompter, "stop": node.stop,

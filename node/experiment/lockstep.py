@@ -19,16 +19,16 @@ creation time), which changes floating-point summation order only.
 """
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from ftis.node.config import SwarmConfig
+from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.node import Node
-from ftis.node.runner.round_report import RoundReport
-from ftis.node.swarm.inbox import inbox_limits
+from ftis.node.swarm.inbox import InboxLimits, inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.swarm.reputation import PeerScore, reputation_settings
-from ftis.node.swarm.transport import ReceivedBatch, TransportStats
+from ftis.node.swarm.reputation import ReputationSettings, reputation_settings
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor
 
@@ -60,52 +60,27 @@ class LockstepSwarm:
         self._reputation = reputation_settings(swarm)
 
     def transport(self, peer_id: str, tokenizer: str) -> "LockstepTransport":
-        return LockstepTransport(MemoryTransport(self.hub, self._run_id, peer_id, tokenizer, self._limits,
-                                                 reputation=self._reputation), self.barrier)
+        return LockstepTransport(self.barrier, self.hub, self._run_id, peer_id, tokenizer, self._limits,
+                                 reputation=self._reputation)
 
 
-class LockstepTransport:
+class LockstepTransport(MemoryTransport):
     """A ``MemoryTransport`` whose ``publish`` returns once every node of the swarm has published."""
 
-    def __init__(self, inner: MemoryTransport, barrier: threading.Barrier):
-        self._inner, self._barrier = inner, barrier
-
-    @property
-    def peer_id(self) -> str:
-        return self._inner.peer_id
+    def __init__(self, barrier: threading.Barrier, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str,
+                 limits: InboxLimits, clock: Callable[[], float] = time.time,
+                 reputation: ReputationSettings | None = None):
+        super().__init__(hub, run_id, peer_id, tokenizer, limits, clock=clock, reputation=reputation)
+        self._barrier = barrier
 
     def publish(self, batch: RolloutBatch) -> BatchDescriptor:
-        descriptor = self._inner.publish(batch)
+        descriptor = super().publish(batch)
         try:
             self._barrier.wait()
         except threading.BrokenBarrierError:
             raise LockstepError(f"{self.peer_id}: a peer failed or stalled before publishing round {batch.round}") \
                 from None
         return descriptor
-
-    def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
-        return self._inner.receive(max_batches)
-
-    def poll_now(self) -> None:
-        self._inner.poll_now()
-
-    def members(self):
-        return self._inner.members()
-
-    def stats(self) -> TransportStats:
-        return self._inner.stats()
-
-    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
-        self._inner.report_filtered(peer_id, batches, completions, filtered)
-
-    def report_fault(self, peer_id: str, reason: str) -> None:
-        self._inner.report_fault(peer_id, reason)
-
-    def scores(self) -> dict[str, PeerScore]:
-        return self._inner.scores()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 def step_round(nodes: Sequence[Node], barriers: Sequence[threading.Barrier] = (),

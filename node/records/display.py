@@ -26,8 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ftis.node.figures import Figure, declared
-from ftis.node.runner.alone import ALONE_AFTER_S
-from ftis.node.runner.round_report import RoundReport
+from ftis.node.records.round_report import ALONE_AFTER_S, RoundReport
 from ftis.node.trainer.step_metrics import FIGURES, record_key
 
 Record = Mapping[str, Any]

@@ -28,10 +28,10 @@ from typing import IO, Any
 
 from ftis.node import figures
 from ftis.node.config import MetricsConfig
-from ftis.node.runner.display import Display, make_display
-from ftis.node.runner.round_report import RoundReport, SwarmFigures
-from ftis.node.runner.utilisation import LoopLap
-from ftis.node.runner.writer import BackgroundWriter
+from ftis.node.records.display import Display, make_display
+from ftis.node.records.round_report import RoundReport, SwarmFigures
+from ftis.node.records.utilisation import LoopLap
+from ftis.node.records.writer import BackgroundWriter
 from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.transport import TransportStats
 
@@ -43,7 +43,7 @@ def report_record(report: RoundReport, previous: TransportStats | None = None,
     """A flat, JSON-ready record of one step: every figure ``RoundReport`` declares, in its order. ``previous``
     is the transport snapshot of the step before (None for the first): per-step traffic and rejections are the
     differences from it. ``loop``: the round's share of the run loop's wall time (``utilisation.py``), when the
-    run loop measured it; ``alone_s``: seconds since the node last saw a peer (``alone.py``)."""
+    run loop measured it; ``alone_s``: seconds since the node last saw a peer (``runner/alone.py``)."""
     lap = {} if loop is None else loop.figures()
     recorded = replace(report, time=time.time(), eval_accuracy=eval_accuracy, alone_seconds=alone_s,
                        swarm=SwarmFigures.between(report.transport, previous, report.scores), **lap)

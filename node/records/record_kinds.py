@@ -2,7 +2,7 @@
 demo's view, the dashboard) need to know of the file without importing the loop that writes it.
 
 - a step record (``metrics.py``'s ``report_record``, one per round) carries ``own_groups``;
-- an evaluation record (``periodic_eval.py``'s ``eval_record``) carries ``eval_total`` and no ``own_groups``.
+- an evaluation record (``evaluation/periodic_eval.py``'s ``eval_record``) carries ``eval_total`` and no ``own_groups``.
 """
 
 from collections.abc import Mapping

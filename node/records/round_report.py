@@ -1,9 +1,9 @@
 """A round's figures, declared once: a new round-level metric is one field of ``RoundReport`` below, made
-with ``figure(...)`` (``node/figures.py``), and its value set where the round computes it (``node.py``).
+with ``figure(...)`` (``node/figures.py``), and its value set where the round computes it (``runner/node.py``).
 
 From its declaration alone a round figure ``x`` becomes the key ``x`` of every ``metrics.jsonl`` record, in
-field order (``runner/metrics.py``; docs/node.md lists them), the TensorBoard scalar ``tag`` when it has one,
-and a part of the terminal's summary line and a column of its table when ``shown`` (``runner/display.py``).
+field order (``records/metrics.py``; docs/node.md lists them), the TensorBoard scalar ``tag`` when it has one,
+and a part of the terminal's summary line and a column of its table when ``shown`` (``records/display.py``).
 The training step's figures are a section of it (``StepMetrics``, keys ``train_<name>``), and so are the
 swarm's (``SwarmFigures``: traffic, rejections, scores) and the backend's counters (``generator_<name>``).
 
@@ -26,6 +26,8 @@ from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_metrics import RECORD_PREFIX, StepMetrics
 
 NAN = float("nan")
+# a node that has seen no peer for this long trains alone: the run loop warns (runner/alone.py), the display says ALONE
+ALONE_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ class RoundReport:
     generator: dict[str, object] = figure(factory=dict, prefix="generator_", tag="generator")
     step: StepMetrics = figure(factory=StepMetrics, prefix=RECORD_PREFIX)
     swarm: SwarmFigures = figure(factory=SwarmFigures, prefix="")  # filled in when recorded (report_record)
-    alone_seconds: float = figure(tag="swarm/alone_seconds", shown=True)  # since the node last saw a peer (alone.py)
+    # since the node last saw a peer (runner/alone.py)
+    alone_seconds: float = figure(tag="swarm/alone_seconds", shown=True)
     # the round's share of the run loop's wall time (utilisation.py), when the run loop measured it
     loop_seconds: float | None = figure(None, tag="loop/seconds", optional=True)
     utilisation: float | None = figure(None, tag="loop/utilisation", optional=True)

@@ -28,9 +28,9 @@ WORK = ("generate", "train")  # what counts as utilised
 ROUND_PARTS = (
     "generate",  # the generator's sampling call (vLLM: with its weight sync)
     "build",  # the round's prompts, own completions' texts and rewards (advisory in the batch), the batch
-    # (with the run loop's helper_threads.py: also taking peers' batches and waiting for their texts)
-    "publish",  # encoding the own batch and handing it to the network thread (helper_threads.py: to the publisher's
-    # thread, and waiting for it after the step)
+    # (with the run loop's runner/helper_threads.py: also taking peers' batches and waiting for their texts)
+    "publish",  # encoding the own batch and handing it to the network thread (runner/helper_threads.py: to the
+    # publisher's thread, and waiting for it after the step)
     "eval",  # periodic held-out evaluation, when due (after the publish: Node.run_round)
     "score_own",  # this node's own groups for the step, with the rewards computed in build
     "collect",  # taking peers' batches that arrived; rounds mode: waiting for the rest

@@ -1,7 +1,7 @@
 """A background thread for a node's output, so that the run loop only hands it over and goes on generating
-and training: its files (``metrics.py``: ``metrics.jsonl``, ``peers.json``
-written with an fsync, TensorBoard) and its round's batch (``join.py``: encoded and handed to the transport
-while the round trains, ``Node.run_round``).
+and training: its files (``metrics.py``: ``metrics.jsonl``, ``peers.json`` written with an fsync, TensorBoard)
+and its round's batch (``runner/helper_threads.py``: encoded and handed to the transport while the round
+trains, ``Node.run_round``).
 
     writer = BackgroundWriter()
     writer.submit(log_file.write, record)   # runs on the writer's thread, in submission order

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ftis.node.records.round_report import ALONE_AFTER_S
 from ftis.node.swarm.transport import TransportStats
 
-ALONE_AFTER_S = 60.0
 REPEAT_S = 300.0
 
 

@@ -18,7 +18,7 @@ Both give the same results as doing the work in place: the same bytes published,
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ftis.node.runner.writer import BackgroundWriter
+from ftis.node.records.writer import BackgroundWriter
 from ftis.node.swarm.transport import ReceivedBatch
 from ftis.node.trainer.wire_groups import decode_groups
 

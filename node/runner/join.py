@@ -10,18 +10,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ftis.node.config import NodeConfig, TaskConfig
+from ftis.node.config import NodeConfig
+from ftis.node.evaluation.evaluation import EvalResult
+from ftis.node.evaluation.periodic_eval import PeriodicEval
+from ftis.node.records.metrics import RunMetrics
+from ftis.node.records.utilisation import LoopClock
 from ftis.node.runner.alone import Alone
 from ftis.node.runner.checkpointer import Checkpointer
-from ftis.node.runner.evaluation import EvalResult
 from ftis.node.runner.helper_threads import HelperThreads
-from ftis.node.runner.metrics import RunMetrics
 from ftis.node.runner.mutes import MuteWatch
 from ftis.node.runner.node import Node
-from ftis.node.runner.periodic_eval import PeriodicEval
-from ftis.node.runner.utilisation import LoopClock
 from ftis.node.swarm.transport import Transport
-from ftis.node.tasks import Task
+from ftis.node.tasks import build_task
 from ftis.node.tasks.prompts import policy_prompter
 from ftis.node.trainer.loss_params import loss_params
 
@@ -79,16 +79,6 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
         raise
 
 
-def build_task(config: TaskConfig) -> Task:
-    """The task ``config`` names, with its settings (arithmetic's knobs, local data files)."""
-    from ftis.node.tasks import make_task
-
-    settings: dict[str, object] = dict(config.arithmetic) if config.name == "arithmetic" else {}
-    if config.data_files:
-        settings["data_files"] = dict(config.data_files)
-    return make_task(config.name, **settings)
-
-
 def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], None], resume: bool = False) -> None:
     """Run ``rounds`` rounds (None: until Ctrl-C or SIGTERM), writing into the node's folder ``out``
     (``resume``: continuing from its latest checkpoint); always checkpoints the last completed round and
@@ -101,7 +91,7 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
     try:
         checkpointer.start(resume)
         evaluation = PeriodicEval(node, echo)
-        clock = LoopClock()  # each round's share of the wall time, and what took it (utilisation.py)
+        clock = LoopClock()  # each round's share of the wall time, and what took it (records/utilisation.py)
         evaluated: EvalResult | None = None
 
         def evaluate() -> None:  # inside the round, with the weights it generated with (Node.run_round)

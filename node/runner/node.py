@@ -22,12 +22,12 @@ from ftis.node.config import NodeConfig
 from ftis.node.generation import Generator
 from ftis.node.generation.factory import stop_strings
 from ftis.node.models import Policy
+from ftis.node.records.round_report import RoundReport
+from ftis.node.records.utilisation import Stopwatch
 from ftis.node.runner.grouping import GROUPINGS
 from ftis.node.runner.helper_threads import HelperThreads, Texts, batch_key
 from ftis.node.runner.rng import RngState
-from ftis.node.runner.round_report import RoundReport
 from ftis.node.runner.rounds_barrier import RoundsBarrier
-from ftis.node.runner.utilisation import Stopwatch
 from ftis.node.swarm.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Problem, Task
@@ -130,7 +130,7 @@ class Node:
         batches overlap generating and training, with the same results; the round waits for its publish after
         its step (raising its error), so the round's report counts it as before."""
         self._start = self._snapshot()  # the state of the last completed round, for state_dict
-        watch = Stopwatch()  # where the round's wall time goes (utilisation.py)
+        watch = Stopwatch()  # where the round's wall time goes (records/utilisation.py)
         own = self._generate(watch, helpers)
         with watch.part("publish"):
             self._publish(own.batch, helpers)

@@ -2,8 +2,16 @@
 
 Files:
 - ``transport.py``          the ``Transport`` interface the node uses, and what it returns.
+- ``transport_base.py``     what every transport does alike with its inbox and outbox: publish, receive,
+                            members, stats, scores, and a fetched payload opened, charged and counted.
 - ``memory.py``             ``MemoryTransport``: peers in one process (tests, demos).
-- ``hivemind_transport.py`` ``HivemindTransport``: signed DHT announcements, payloads over P2P streams.
+- ``hivemind_transport.py`` ``HivemindTransport``: signed DHT announcements, payloads over P2P streams; it starts
+                            the DHT and the network loop, and puts together the four parts below.
+- ``hivemind_announce.py``  announcing this node's batches: its signed record, renewed, and how peers reach it.
+- ``hivemind_fetch.py``     reading the directory and fetching peers' batches (deadlines, retries, resumed streams).
+- ``hivemind_serve.py``     serving this node's batches to the peers that fetch them.
+- ``hivemind_stream.py``    the stream exchange between a fetcher and the peer serving it.
+- ``dht_calls.py``          calls into hivemind's DHT process under a deadline; a lost one is a counted failure.
 - ``inbox.py``              the receive policy both apply (age, run, tokenizer, quotas, once only) and
                             the check of a fetched payload against its announcement.
 - ``reputation.py``         per-peer scores from delivered, refused, failed and divergence-filtered

@@ -2,8 +2,8 @@
 
 A ``MemoryHub`` stands in for the DHT and the P2P streams. Announcements still travel as protocol
 bytes and payloads are still checked (size, hash, strict decode) and filtered by the same ``Inbox``
-as on the real swarm, so code that works here behaves the same over hivemind. Fetching happens
-inside ``receive``: synchronous, with no thread.
+as on the real swarm (``transport_base.py``), so code that works here behaves the same over hivemind. Fetching
+happens inside ``receive``: synchronous, with no thread.
 """
 
 import random
@@ -11,11 +11,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits, Rejected
-from ftis.node.swarm.outbox import Outbox, members_with_own, transport_stats
-from ftis.node.swarm.reputation import PeerScore, ReputationSettings
-from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
-from ftis.protocol import DecodeError, RolloutBatch
+from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits
+from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.reputation import ReputationSettings
+from ftis.node.swarm.transport import Member, ReceivedBatch, member_of
+from ftis.node.swarm.transport_base import TransportBase, open_fetched
+from ftis.protocol import DecodeError
 from ftis.protocol.announcement import BatchDescriptor, Reach, decode_announcement, encode_announcement
 
 
@@ -55,29 +56,20 @@ class MemoryHub:
         return outbox.payload(round_) if outbox is not None else None
 
 
-class MemoryTransport:
+class MemoryTransport(TransportBase):
     def __init__(self, hub: MemoryHub, run_id: str, peer_id: str, tokenizer: str, limits: InboxLimits,
                  clock: Callable[[], float] = time.time, reputation: ReputationSettings | None = None,
                  fetch_budget: int = 0, tie_s: float = 1.0, rng: random.Random | None = None,
                  horizon_s: float = float("inf")):
         """``fetch_budget``, ``tie_s``, ``horizon_s``: as ``Inbox.choose`` takes them (0: every fresh batch)."""
-        self._hub, self._peer_id = hub, peer_id
+        super().__init__(peer_id, Inbox(run_id, tokenizer, limits, clock, reputation),
+                         Outbox(run_id, peer_id, clock=clock))
+        self._hub = hub
         self._fetch_budget, self._tie_s, self._horizon_s = fetch_budget, tie_s, horizon_s
         self._rng = rng if rng is not None else random.Random()
-        self._outbox = Outbox(run_id, peer_id, clock=clock)
         self._outbox.set_reach(Reach("direct"))  # in one process every peer reaches every other
-        self._inbox = Inbox(run_id, tokenizer, limits, clock, reputation)
         self._members: dict[str, Member] = {}
-        self._closed = False
         hub.join(peer_id, self._outbox)
-
-    @property
-    def peer_id(self) -> str:
-        return self._peer_id
-
-    def publish(self, batch: RolloutBatch) -> BatchDescriptor:
-        self._check_open()
-        return self._outbox.add(batch)
 
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         self._check_open()
@@ -102,7 +94,7 @@ class MemoryTransport:
         for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng,
                                                               self._horizon_s):
             self._fetch(announcement.peer_id, descriptor)
-        return self._inbox.drain(max_batches)
+        return super().receive(max_batches)
 
     def poll_now(self) -> None:
         pass  # receive reads the hub's announcements itself
@@ -112,34 +104,15 @@ class MemoryTransport:
         if data is None:
             self._inbox.fail(peer_id, descriptor, FETCH_FAILED)
             return
-        try:
-            batch = self._inbox.open(peer_id, descriptor, data)
-        except Rejected as rejected:
-            self._inbox.fail(peer_id, descriptor, rejected.reason)
-            return
-        self._inbox.deliver(peer_id, descriptor, batch, len(data))
-
-    def members(self) -> list[Member]:
-        return members_with_own(self._members, self._outbox, self._peer_id)
-
-    def stats(self) -> TransportStats:
-        return transport_stats(self._inbox, self._outbox)
-
-    def report_filtered(self, peer_id: str, batches: int, completions: int, filtered: int) -> None:
-        self._inbox.report_filtered(peer_id, batches, completions, filtered)
-
-    def report_fault(self, peer_id: str, reason: str) -> None:
-        self._inbox.report_fault(peer_id, reason)
-
-    def scores(self) -> dict[str, PeerScore]:
-        return self._inbox.scores()
+        batch = open_fetched(self._inbox, peer_id, descriptor, data)
+        if batch is not None:  # else refused on its contents, and counted
+            self._inbox.deliver(peer_id, descriptor, batch, len(data))
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._hub.leave(self._peer_id)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the transport is closed")
+    def _peers(self) -> dict[str, Member]:
+        return self._members
 

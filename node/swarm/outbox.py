@@ -7,8 +7,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ftis.node.swarm.inbox import Inbox
-from ftis.node.swarm.transport import Member, TransportStats, member_of
 from ftis.protocol import RolloutBatch, encode
 from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
@@ -99,19 +97,3 @@ def describe(batch: RolloutBatch, data: bytes) -> BatchDescriptor:
         created_at=batch.created_at,
     )
 
-
-def members_with_own(peers: dict[str, Member], outbox: Outbox, own_peer_id: str) -> list[Member]:
-    """The members a transport reports: its peers as last read, plus itself once it has published."""
-    members = dict(peers)
-    own = outbox.announcement()
-    if own is not None:
-        members[own_peer_id] = member_of(own)
-    return sorted(members.values(), key=lambda m: m.peer_id)
-
-
-def transport_stats(inbox: Inbox, outbox: Outbox) -> TransportStats:
-    """A transport's counters: what its inbox received and refused, what its outbox published."""
-    stats = inbox.stats()
-    stats.published_batches, stats.published_bytes = outbox.published
-    stats.reach = outbox.reach.how
-    return stats

@@ -2,7 +2,8 @@
 
 Implementations: ``HivemindTransport`` (``hivemind_transport.py``, the real one: DHT announcements
 and P2P streams) and ``MemoryTransport`` (``memory.py``, in one process, for tests and demos).
-Both apply the same receive policy (``inbox.py``) and pass the same contract tests.
+Both apply the same receive policy (``inbox.py``) through the same base (``transport_base.py``) and pass
+the same contract tests.
 """
 
 from dataclasses import dataclass, field

@@ -11,7 +11,7 @@ Files:
 - ``math500.py``     MATH-500 (out-of-distribution evaluation): answers compared with math_verify.
 - ``arithmetic.py``  synthetic arithmetic for tiny CPU models: difficulty settings, train/test/ood splits.
 - ``gold.py``        the gold answer for a received group: own copy first, the peer's only if trusted.
-- ``registry.py``    ``make_task(name, **settings)`` and the one table of task names.
+- ``registry.py``    ``make_task(name, **settings)`` and the one table of task names; ``build_task`` from ``[task]``.
 - ``eval_set.py``    the fixed problems an evaluation scores (and the warm-up's accuracy): the same everywhere.
 - ``prompts.py``     the token ids a node conditions on for a problem, raw or in the chat template, and every
                      rendering a peer's group may carry (imports transformers' tokenizer base; not re-exported).
@@ -30,7 +30,7 @@ from ftis.node.tasks.base import (
 from ftis.node.tasks.gold import Gold, gold_answer, resolve_gold
 from ftis.node.tasks.gsm8k import GSM8KTask
 from ftis.node.tasks.math500 import Math500Task
-from ftis.node.tasks.registry import TASKS, make_task
+from ftis.node.tasks.registry import TASKS, build_task, make_task
 
 __all__ = [
     "TASKS",
@@ -46,6 +46,7 @@ __all__ = [
     "TaskError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "build_task",
     "gold_answer",
     "make_task",
     "resolve_gold",

@@ -10,7 +10,7 @@ problem whose question was already drawn skipped, so that a small problem space 
 counted many times over. A smaller limit's set is a prefix of a larger one's, so evaluations during training
 always score the same problems. A split with fewer distinct problems than asked for gives them all.
 
-The evaluation (``runner/evaluation.py``, which checks the limit and refuses an empty split) and the warm-up's
+The evaluation (``evaluation/evaluation.py``, which checks the limit and refuses an empty split) and the warm-up's
 greedy accuracy (``warmup/train.py``) both score these problems; ``limit`` here is at least 1 or None.
 """
 

@@ -1,7 +1,9 @@
-"""``make_task(name, **settings)``: the one table that names the tasks."""
+"""``make_task(name, **settings)``: the one table that names the tasks; ``build_task`` makes the task a node's
+``[task]`` names."""
 
 from collections.abc import Callable
 
+from ftis.node.config import TaskConfig
 from ftis.node.tasks.arithmetic import ArithmeticTask
 from ftis.node.tasks.base import Task, UnknownTaskError
 from ftis.node.tasks.gsm8k import GSM8KTask
@@ -19,3 +21,11 @@ def make_task(name: str, **settings) -> Task:
     if name not in TASKS:
         raise UnknownTaskError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
     return TASKS[name](**settings)
+
+
+def build_task(config: TaskConfig) -> Task:
+    """The task ``config`` names, with its settings (arithmetic's knobs, local data files)."""
+    settings: dict[str, object] = dict(config.arithmetic) if config.name == "arithmetic" else {}
+    if config.data_files:
+        settings["data_files"] = dict(config.data_files)
+    return make_task(config.name, **settings)

@@ -3,9 +3,9 @@
 
 From its declaration alone a figure ``x`` becomes:
 - ``step.x``, on what ``Trainer.step`` returns (and ``RoundReport.step``);
-- the key ``train_x`` of every ``metrics.jsonl`` record (``runner/metrics.py``; docs/node.md lists them);
+- the key ``train_x`` of every ``metrics.jsonl`` record (``records/metrics.py``; docs/node.md lists them);
 - the TensorBoard scalar ``tag``, when it has one: for steps taken, or for every step with ``every_step``;
-- a part of the terminal's summary line and a column of its table when ``shown`` (``runner/display.py``);
+- a part of the terminal's summary line and a column of its table when ``shown`` (``records/display.py``);
 - its default, zero, on a step not taken (no reward variance, or refused).
 
 How a figure gets its value:

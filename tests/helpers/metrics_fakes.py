@@ -6,10 +6,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ftis.node.runner.evaluation import EvalResult
-from ftis.node.runner.metrics import MetricsLog, report_record
-from ftis.node.runner.periodic_eval import eval_record
-from ftis.node.runner.round_report import RoundReport
+from ftis.node.evaluation.evaluation import EvalResult
+from ftis.node.evaluation.periodic_eval import eval_record
+from ftis.node.records.metrics import MetricsLog, report_record
+from ftis.node.records.round_report import RoundReport
 from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats

@@ -1,0 +1,31 @@
+"""The stream exchange of a payload between a fetcher (``hivemind_fetch.py``) and the peer serving it
+(``hivemind_serve.py``), and what both sides hold to.
+
+Handler ``<run prefix>.batch``: the fetcher sends the batch's round and the offset it wants the payload from
+(``HEADER`` bytes each, big-endian); the server answers with the payload's whole length (``HEADER`` bytes,
+big-endian; 0 when it no longer holds that batch), then the payload from that offset. A relayed connection may be
+cut after a fixed number of bytes (p2pd's built-in relay: 128 KiB each way, docs/nat.md): the fetcher then opens
+another stream asking from where the last one ended.
+
+Both sides bound one exchange by the same deadline (``fetch_deadline``, scaled to the payload's size), and each
+keeps at most ``SLOTS_PER_PEER`` exchanges with one peer at once (``slots.py``).
+"""
+
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+
+from ftis.node.config import SwarmConfig
+
+HEADER = 8  # bytes of a round, an offset or a length on the stream
+SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
+
+
+def fetch_deadline(config: SwarmConfig, size: int) -> float:
+    """Seconds one fetch of a ``size``-byte payload may take, connect to last byte: ``fetch_base_s`` plus the
+    time at ``fetch_min_bytes_per_s``, at most ``fetch_timeout_s``. A slow peer holds a fetch slot no longer
+    than its payload's size justifies."""
+    return min(config.fetch_timeout_s, config.fetch_base_s + size / config.fetch_min_bytes_per_s)
+
+
+def relayed(info: StreamInfo) -> bool:
+    """Whether a stream runs over a relayed connection (its remote address is a circuit)."""
+    return "/p2p-circuit" in str(info.addr)
