@@ -611,3 +611,22 @@ def test_each_distinct_prompt_is_prefilled_once(model):
         hook.remove()
     assert shapes[0] == (len(PROMPTS), max(len(p) for p in PROMPTS))  # these prompts share no prefix
     assert all(rows == len(PROMPTS) * G and width == 1 for rows, width in shapes[1:])
+
+
+@pytest.mark.parametrize("block", [4, 3], ids=["blocks-and-a-short-one", "three-entry-blocks"])
+def test_the_two_step_draw_gives_each_token_its_share_and_its_log_prob(monkeypatch, block):
+    # A vocabulary larger than the draw's block: a block by the blocks' sums, then a token within it. The mass sits
+    # in several blocks, the short last one included, with masked tokens (top-k) and a temperature.
+    import ftis.node.generation.hf as hf
+
+    monkeypatch.setattr(hf, "DRAW_BLOCK", block)
+    logits = torch.tensor([0.0, 2.0, 1.5, -9.0, 1.0, 0.5, -1.0, -3.0, 0.2, 1.8])  # 10 words: blocks of 4, 4 and 2
+    sampling = SamplingSettings(0.8, 1.0, 7, 1)
+    n = 40_000
+    tokens, logprobs = hf.sampling_pick(sampling, torch.Generator().manual_seed(0))(logits.repeat(n, 1))
+    expected = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+    frequencies = np.bincount(tokens.numpy(), minlength=len(logits)) / n
+    p = expected.exp().numpy()
+    assert (frequencies[p == 0] == 0).all(), "a masked token was drawn"
+    assert (np.abs(frequencies - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12).all()
+    torch.testing.assert_close(logprobs, expected[tokens], rtol=0, atol=1e-6)
