@@ -342,7 +342,7 @@ def join_command(
 def _checkpoint_config(out: Path) -> Any:
     """The config the newest checkpoint in the node folder ``out`` recorded (defaults when there is none)."""
     from ftis.node.config import NodeConfig
-    from ftis.node.runner.checkpoint import latest_config
+    from ftis.node.runner.checkpoint_files import latest_config
     from ftis.node.runner.checkpointer import CHECKPOINTS
 
     saved = latest_config(out / CHECKPOINTS)

@@ -1,5 +1,5 @@
 """Figures declared once: a dataclass field made with ``figure(...)`` says where its value goes, and every
-output follows from that declaration. ``StepMetrics`` (``trainer/step_metrics.py``) declares the training
+output follows from that declaration. ``StepFigures`` (``trainer/step_figures.py``) declares the training
 step's figures, ``RoundReport`` (``records/round_report.py``) a round's; ``records/metrics.py`` and
 ``records/display.py`` read the declarations, never a list of names of their own.
 
@@ -25,7 +25,7 @@ Unit = Literal["fraction", "count", "value"]  # how the terminal writes it: a pe
 class Figure:
     """Where one figure goes besides ``metrics.jsonl``."""
 
-    combine: Combine | None = None  # a figure of the loss: how micro-batches combine (step_metrics.py)
+    combine: Combine | None = None  # a figure of the loss: how micro-batches combine (step_figures.py)
     tag: str | None = None  # TensorBoard
     every_step: bool = False  # a training figure also tagged for steps not taken (figures that mean something then)
     shown: bool = False  # the terminal shows it

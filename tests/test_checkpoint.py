@@ -13,8 +13,8 @@ import torch
 from helpers import nodes as node_helpers
 
 from ftis.node.models.export import read_export_record
-from ftis.node.runner import checkpoint as ckpt
-from ftis.node.runner.checkpoint import (
+from ftis.node.runner import checkpoint_files as ckpt
+from ftis.node.runner.checkpoint_files import (
     MANIFEST,
     MODEL_FILE,
     STATE_FILE,

@@ -15,6 +15,8 @@ from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ftis.node.config import LossConfig, TrainerConfig
+from ftis.node.intake.scoring import score_batch
+from ftis.node.intake.text_groups import MAX_CHARACTERS_PER_TOKEN, RETOKENIZED_PER_TOKEN, Retokenizer, end_of_turn
 from ftis.node.models.tokenizer import (
     CHARACTERS,
     EOS,
@@ -29,9 +31,7 @@ from ftis.node.swarm.memory import MemoryHub
 from ftis.node.tasks.prompts import prompt_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.packing import micro_batches
-from ftis.node.trainer.text_groups import MAX_CHARACTERS_PER_TOKEN, RETOKENIZED_PER_TOKEN, Retokenizer, end_of_turn
 from ftis.node.trainer.trainer import Trainer
-from ftis.node.trainer.wire_groups import score_batch
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
 from ftis.protocol.schema import CompletionColumns
 

@@ -30,7 +30,7 @@ from ftis.node.figures import declared
 from ftis.node.records.round_report import RoundReport
 from ftis.node.swarm.directory import MembersReading
 from ftis.node.swarm.transport import Member
-from ftis.node.trainer.step_metrics import FIGURES
+from ftis.node.trainer.step_figures import FIGURES
 
 STATIC = Path(__file__).resolve().parent.parent / "node" / "dashboard" / "static"
 HOSTILE = "<img src=x onerror=alert(1)>"

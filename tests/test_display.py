@@ -7,13 +7,13 @@ import sys
 from dataclasses import fields, replace
 
 import pytest
-from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_metrics
+from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report, step_figures
 from rich.console import Console
 
 from ftis.node.figures import Figure
 from ftis.node.records.display import LineDisplay, TableDisplay, make_display, summary_line
 from ftis.node.records.metrics import report_record
-from ftis.node.trainer.step_metrics import FIGURES, StepMetrics
+from ftis.node.trainer.step_figures import FIGURES, StepFigures
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -97,7 +97,7 @@ def test_table_before_any_peer():
     assert row(lines, "0")[2] == "-" and row(lines, "none yet") == ["none yet", "0", "0", "0"]
 
 
-def changed(step: StepMetrics, name: str) -> StepMetrics:
+def changed(step: StepFigures, name: str) -> StepFigures:
     """``step`` with the figure ``name`` set to another value (set directly: derived figures too)."""
     copy, value = replace(step), getattr(step, name)
     if isinstance(value, bool):
@@ -111,16 +111,16 @@ def changed(step: StepMetrics, name: str) -> StepMetrics:
 
 
 def test_every_figure_marked_shown_reaches_the_terminal():
-    """Changing any figure ``StepMetrics`` marks ``shown`` changes what the terminal shows (the summary line
+    """Changing any figure ``StepFigures`` marks ``shown`` changes what the terminal shows (the summary line
     or the table), on a step taken or on a refused one."""
-    bases = [step_metrics(), replace(step_metrics(trained=False), refused=True)]
+    bases = [step_figures(), replace(step_figures(trained=False), refused=True)]
 
-    def drawn(step: StepMetrics) -> str:
+    def drawn(step: StepFigures) -> str:
         r = report_record(replace(report(transport=AFTER), step=step), previous=BEFORE)
         return summary_line(r) + render_table([r])
 
     shown = [name for name, figure in FIGURES.items() if figure.shown]
-    assert {f.name for f in fields(StepMetrics)} > set(shown) > {"loss", "filtered_fraction", "divergence_mean"}
+    assert {f.name for f in fields(StepFigures)} > set(shown) > {"loss", "filtered_fraction", "divergence_mean"}
     for name in shown:
         assert any(drawn(base) != drawn(changed(base, name)) for base in bases), name
 

@@ -368,7 +368,7 @@ def test_a_nodes_rounds_generate_with_the_weights_of_the_version_they_publish(st
 
 def test_a_resumed_node_syncs_its_engine_to_the_checkpoint_when_it_resumes(stand_in, tmp_path):
     """The engine starts from the fresh model's weights; resuming hands it the checkpoint's there and then."""
-    from ftis.node.runner.checkpoint import resume_latest, save_checkpoint
+    from ftis.node.runner.checkpoint_files import resume_latest, save_checkpoint
 
     def vllm_node() -> tuple[Node, list]:
         node = make_node(MemoryHub(), "a", generation={"backend": "vllm"})

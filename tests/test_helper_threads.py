@@ -7,10 +7,10 @@ import math
 import pytest
 from helpers.nodes import make_node
 
+from ftis.node.intake.scoring import decode_groups, score_batch
 from ftis.node.records.utilisation import Stopwatch
 from ftis.node.runner.helper_threads import HelperThreads
 from ftis.node.swarm.memory import MemoryHub
-from ftis.node.trainer.wire_groups import decode_groups, score_batch
 from ftis.protocol import decode, encode
 
 

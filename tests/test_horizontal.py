@@ -13,11 +13,11 @@ from helpers.nodes import DigitTask, make_node
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import ConfigError, LoopConfig, LossConfig, NodeConfig, TrainerConfig, load_config
+from ftis.node.intake.rounds_barrier import LaterRounds
+from ftis.node.intake.shared_groups import merge_shared
+from ftis.node.intake.shared_prompts import shared_group_id, shared_problems
 from ftis.node.loss import LossInputs, LossParams, compute_loss
-from ftis.node.runner.rounds_barrier import LaterRounds
-from ftis.node.runner.shared_prompts import shared_group_id, shared_problems
 from ftis.node.swarm.memory import MemoryHub
-from ftis.node.trainer.advantage_groups import merge_shared
 from ftis.node.trainer.groups import TrainingGroup, advantage_index
 from ftis.node.trainer.packing import micro_batches, pack
 from ftis.node.trainer.trainer import Trainer
@@ -90,8 +90,8 @@ def test_the_merged_advantage_is_over_the_union_own_on_policy_and_peers_filtered
         params=params,
     )
     assert float(got.loss) == pytest.approx(expected, rel=1e-5, abs=1e-7)
-    assert int(got.metrics.num_sequences) == 9 and int(got.metrics.zero_variance_groups) == 0
-    assert float(got.metrics.filtered_advantage_fraction) == pytest.approx(4 / 9)  # the peers' four zeros
+    assert int(got.figures.num_sequences) == 9 and int(got.figures.zero_variance_groups) == 0
+    assert float(got.figures.filtered_advantage_fraction) == pytest.approx(4 / 9)  # the peers' four zeros
 
     vertical = pack([own, peer_a, peer_b])  # without the merge: three groups, the own one skipped
     assert vertical.group_index.tolist() == [0] * 3 + [1] * 3 + [2] * 3

@@ -42,7 +42,7 @@ def loss_and_grad(variant: str, inputs: LossInputs, params: LossParams | None = 
 
 
 def metrics_of(out) -> dict[str, float]:
-    return {name: float(getattr(out.metrics, name)) for name in METRIC_NAMES}
+    return {name: float(getattr(out.figures, name)) for name in METRIC_NAMES}
 
 
 # --- C = ∞ is plain importance-weighted policy gradient ---------------------------------------------
@@ -62,14 +62,14 @@ def test_infinite_clip_is_plain_importance_weighted_policy_gradient() -> None:
     expected_grad = torch.where(mask, -(1 / 4) * w * advantages[:, None] / lengths, 0.0)
     torch.testing.assert_close(grad, expected_grad)
     torch.testing.assert_close(out.loss, expected_grad.sum())  # at R = 1, L equals the sum of its gradient
-    assert float(out.metrics.truncated_fraction) == 0.0
-    assert float(out.metrics.is_weight_max) == pytest.approx(math.exp(4.0), rel=1e-6)
+    assert float(out.figures.truncated_fraction) == 0.0
+    assert float(out.figures.is_weight_max) == pytest.approx(math.exp(4.0), rel=1e-6)
 
     # The same batch with C = 2 differs exactly on the truncated tokens.
     truncated, grad_c2 = loss_and_grad("tis", make_inputs(old, old, old - gap, mask, rewards, [0] * 4))
     expected_c2 = torch.where(mask, -(1 / 4) * w.clamp(max=2.0) * advantages[:, None] / lengths, 0.0)
     torch.testing.assert_close(grad_c2, expected_c2)
-    assert float(truncated.metrics.truncated_fraction) == pytest.approx(4 / 10)  # gaps 3, 2, 4 and 0.9
+    assert float(truncated.figures.truncated_fraction) == pytest.approx(4 / 10)  # gaps 3, 2, 4 and 0.9
 
 
 # --- No gradient through the weight -------------------------------------------------------------------
@@ -88,7 +88,7 @@ def test_no_gradient_reaches_old_or_sampler_logprobs(variant: str) -> None:
     out.loss.backward()
     assert old.grad is None and sampler.grad is None
     assert logprobs.grad is not None and logprobs.grad.abs().sum() > 0
-    assert not any(getattr(out.metrics, name).requires_grad for name in METRIC_NAMES)
+    assert not any(getattr(out.figures, name).requires_grad for name in METRIC_NAMES)
 
 
 # --- Empty masks --------------------------------------------------------------------------------------
@@ -102,7 +102,7 @@ def test_completion_without_tokens_is_not_counted_but_its_reward_is() -> None:
     out, grad = loss_and_grad("nois", make_inputs(old, old, old, mask, rewards, [4, 4, 4, 4]))
 
     a = 0.5 / (1 / math.sqrt(3) + 1e-6)  # |Â_i|, the same for every row
-    assert float(out.metrics.num_sequences) == 3
+    assert float(out.figures.num_sequences) == 3
     assert float(out.loss.detach()) == pytest.approx(-(a - a - a) / 3, rel=1e-6)
     expected = torch.tensor([[-a / 6, -a / 6], [a / 3, 0.0], [a / 6, a / 6], [0.0, 0.0]])
     torch.testing.assert_close(grad, expected)
@@ -144,8 +144,8 @@ def test_group_of_one_is_skipped(variant: str) -> None:
     with_single, grad = loss_and_grad(variant, make_inputs(*args))
     without, grad_without = loss_and_grad(variant, make_inputs(*(a[:3] for a in args)))
 
-    assert float(with_single.metrics.zero_variance_groups) == 1
-    assert float(with_single.metrics.num_sequences) == 3
+    assert float(with_single.figures.zero_variance_groups) == 1
+    assert float(with_single.figures.num_sequences) == 3
     torch.testing.assert_close(with_single.loss, without.loss)
     torch.testing.assert_close(grad[:3], grad_without)
     assert torch.equal(grad[3], torch.zeros(2))
@@ -246,7 +246,7 @@ def test_dropped_completion_with_absurd_logprob_stays_finite(variant: str, rule:
     assert torch.isfinite(out.loss)
     assert torch.isfinite(grad).all()
     assert torch.equal(grad[:2], torch.zeros(2, 2))
-    assert float(out.metrics.filtered_fraction) == 0.5
+    assert float(out.figures.filtered_fraction) == 0.5
     assert grad[2:].abs().min() > 0  # the kept rows still learn
 
 
@@ -288,7 +288,7 @@ def test_an_absurd_sampler_logprob_leaves_the_loss_and_gradient_finite(variant, 
     params = LossParams(filter_rule=rule, divergence_threshold=math.inf)  # nothing is divergence-filtered
     out, grad = loss_and_grad(variant, inputs, params)
     assert math.isfinite(float(out.loss.detach())) and torch.isfinite(grad).all()
-    assert float(out.metrics.is_weight_max) == pytest.approx(math.exp(MAX_LOG_RATIO), rel=1e-5)
+    assert float(out.figures.is_weight_max) == pytest.approx(math.exp(MAX_LOG_RATIO), rel=1e-5)
     # The capped token is flat (no gradient); its neighbour, at R = 1, has the usual one: -(1/N)(1/|a|) Â.
     advantage = -0.5 / (math.sqrt(0.5) + 1e-6)  # (0 - 0.5) / the sample std of [0, 1]
     assert float(grad[0, 1]) == 0.0

@@ -114,13 +114,13 @@ def test_loss_drops_the_same_rows_and_reports_why(rule: str, variant: str) -> No
 
     learning = (inputs.logprobs.grad.abs().sum(-1) > 0).nonzero().flatten().tolist()
     assert learning == EXPECTED_LEARNING[rule]
-    assert int(out.metrics.num_sequences) == 6
-    assert int(out.metrics.zero_variance_groups) == 1
+    assert int(out.figures.num_sequences) == 6
+    assert int(out.figures.zero_variance_groups) == 1
     for name, value in EXPECTED_METRICS[rule].items():
-        assert float(getattr(out.metrics, name)) == pytest.approx(value), name
+        assert float(getattr(out.figures, name)) == pytest.approx(value), name
     # The mean divergence is over the active off-policy rows 1–5, whichever rule dropped them.
     k3 = [sum(math.exp(x) - x - 1 for x in row) / 3 for row in X[1:6].tolist()]
-    assert float(out.metrics.divergence_mean) == pytest.approx(sum(k3) / 5, rel=1e-6)
+    assert float(out.figures.divergence_mean) == pytest.approx(sum(k3) / 5, rel=1e-6)
 
 
 @pytest.mark.parametrize("rule", ["or", "and"])
@@ -128,4 +128,4 @@ def test_unfiltered_variants_drop_nothing(rule: str) -> None:
     """nois, vis and tis see the same batch and filter rule, and keep every active row."""
     for variant in ("nois", "vis", "tis"):
         out = compute_loss(variant, example_inputs(), LossParams(divergence_threshold=THRESHOLD, filter_rule=rule))
-        assert float(out.metrics.filtered_fraction) == 0.0
+        assert float(out.figures.filtered_fraction) == 0.0

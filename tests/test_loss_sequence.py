@@ -182,7 +182,7 @@ BATCHES = batch_cases(hand_batch, random_batch)
 
 
 def _metrics(out) -> dict[str, float]:
-    return {name: float(getattr(out.metrics, name)) for name in METRIC_NAMES}
+    return {name: float(getattr(out.figures, name)) for name in METRIC_NAMES}
 
 
 @pytest.mark.parametrize("params_name", PARAMS)
@@ -356,7 +356,7 @@ def test_no_gradient_reaches_old_logprobs_or_the_claim() -> None:
         out = compute_loss(variant, inputs, LossParams(divergence_threshold=100.0))
         out.loss.backward()
         assert old.grad is None and claim.grad is None
-        assert not any(getattr(out.metrics, name).requires_grad for name in METRIC_NAMES)
+        assert not any(getattr(out.figures, name).requires_grad for name in METRIC_NAMES)
     assert logprobs.grad is not None and logprobs.grad.abs().sum() > 0
 
 
@@ -375,7 +375,7 @@ def test_completion_without_tokens_is_not_counted_but_its_reward_is() -> None:
     out.loss.backward()
 
     a = 0.5 / (1 / math.sqrt(3) + STD_EPS)
-    assert float(out.metrics.num_sequences) == 3
+    assert float(out.figures.num_sequences) == 3
     assert float(out.loss.detach()) == pytest.approx(-(a - a - a) / 3, rel=1e-6)
     torch.testing.assert_close(inputs.logprobs.grad, torch.tensor([[-a / 6, -a / 6], [a / 3, 0.0],
                                                                    [a / 6, a / 6], [0.0, 0.0]]))
@@ -417,8 +417,8 @@ def test_all_filtered_gives_zero_loss_but_counts_them(variant: str, rule: str) -
                                 torch.ones(4, dtype=torch.bool))
     out = compute_loss(variant, inputs, LossParams(divergence_threshold=1.0, filter_rule=rule))
     grad = gradient(out.loss, inputs.logprobs)
-    assert float(out.metrics.num_sequences) == 4
-    assert float(out.metrics.filtered_divergence_fraction) == (1.0 if rule == "or" else 0.5)
+    assert float(out.figures.num_sequences) == 4
+    assert float(out.figures.filtered_divergence_fraction) == (1.0 if rule == "or" else 0.5)
     assert out.divergence_filtered.tolist() == ([True] * 4 if rule == "or" else [False, False, True, True])
     if rule == "or":
         assert float(out.loss.detach()) == 0.0 and torch.equal(grad, torch.zeros(4, 2))
@@ -454,7 +454,7 @@ def test_a_lying_peer_stays_finite_and_bounded(variant: str, rule: str, claim: f
     assert torch.isfinite(out.loss) and torch.isfinite(grad).all()
     assert all(math.isfinite(value) for value in _metrics(out).values())
     if variant in ("tis", "ftis"):
-        assert float(out.metrics.is_weight_max) <= 2.0
+        assert float(out.figures.is_weight_max) <= 2.0
 
 
 @pytest.mark.parametrize("claim", [-1e9, -FLOAT32_MAX, 1e9])
@@ -480,9 +480,9 @@ def test_the_best_lie_buys_weight_c_undetected() -> None:
     caps it. A claim of 0 (certainty) weighs the completion down instead: w = π_θold(y)^(1/L) = e⁻¹ here."""
     best = _liar_batch(-3.0 - 3 * math.log(2.0))
     out = compute_loss("ftis", best, LossParams())
-    assert float(out.metrics.is_weight_max) == pytest.approx(2.0)
+    assert float(out.figures.is_weight_max) == pytest.approx(2.0)
     assert not bool(out.divergence_filtered[0])  # kept: only row 2 (a peer's, Â < 0) is dropped
-    assert float(out.metrics.filtered_fraction) == pytest.approx(1 / 4)
+    assert float(out.figures.filtered_fraction) == pytest.approx(1 / 4)
 
     def row_zerogradient(claim: float) -> torch.Tensor:
         inputs = _liar_batch(claim)

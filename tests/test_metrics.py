@@ -18,7 +18,7 @@ from ftis.node.config import MetricsConfig, NodeConfig
 from ftis.node.records.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.trainer.step_metrics import FIGURES, PeerFiltered, StepMetrics, record_key
+from ftis.node.trainer.step_figures import FIGURES, PeerFiltered, StepFigures, record_key
 
 
 def test_record_holds_every_figure_with_per_step_traffic_and_rejections():
@@ -143,10 +143,10 @@ def test_run_metrics_of_two_real_tiny_nodes(tmp_path):
     assert f"peer {records[1]['peer_reward']:.2f}" in lines[1] and f"peer {used}/{received} from " in lines[1]
 
 
-def distinct_step(trained: bool) -> StepMetrics:
+def distinct_step(trained: bool) -> StepFigures:
     """A step whose every figure has a value of its own, none of them the default."""
     values: dict[str, object] = {}
-    for k, f in enumerate(fields(StepMetrics)):
+    for k, f in enumerate(fields(StepFigures)):
         default = f.default_factory() if f.default is MISSING else f.default
         if not f.init:  # derived from the others
             continue
@@ -158,11 +158,11 @@ def distinct_step(trained: bool) -> StepMetrics:
             values[f.name] = {PEER_A: PeerFiltered(4, 1)}
         else:
             values[f.name] = [PEER_B]
-    return StepMetrics(**values | {"trained": trained})
+    return StepFigures(**values | {"trained": trained})
 
 
 def test_every_declared_figure_reaches_the_record_and_tensorboard(tmp_path):
-    """Every field of ``StepMetrics`` is in ``metrics.jsonl`` as ``train_<name>`` with its value, and in
+    """Every field of ``StepFigures`` is in ``metrics.jsonl`` as ``train_<name>`` with its value, and in
     TensorBoard under its tag: on a step taken, and also on one not taken when it is marked ``every_step``.
     Declaring a figure is all it takes."""
     steps = [distinct_step(trained=True), distinct_step(trained=False)]

@@ -2,8 +2,8 @@
 
 import numpy as np
 
+from ftis.node.intake.peer_selection import DatedGroup, select_peer_groups
 from ftis.node.trainer.groups import TrainingGroup
-from ftis.node.trainer.peer_selection import DatedGroup, select_peer_groups
 from ftis.protocol.schema import CompletionColumns
 
 COLUMNS = CompletionColumns(np.array([1, 2]), np.array([-0.1, -0.2], np.float32), np.array([1, 1]), np.zeros(2),

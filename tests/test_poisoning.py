@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from ftis.node.experiment.grid import Grid
+from ftis.node.intake.scoring import score_batch
 from ftis.node.models import build_tokenizer, tokenizer_fingerprint
 from ftis.node.tasks import make_task
-from ftis.node.trainer.wire_groups import score_batch
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS = 2

@@ -27,15 +27,15 @@ from typer.testing import CliRunner
 
 from ftis.node.cli import app
 from ftis.node.generation.types import stop_token_ids
+from ftis.node.intake.scoring import decode_groups
 from ftis.node.models import export_policy, load_policy, tokenizer_fingerprint
-from ftis.node.runner.checkpoint import list_checkpoints, read_manifest
+from ftis.node.runner.checkpoint_files import list_checkpoints, read_manifest
 from ftis.node.runner.join import build_node, run_node
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks.gsm8k import ANSWER_HINT
 from ftis.node.tasks.prompts import prompt_ids, renderings
 from ftis.node.tasks.tags import tag_prompt
-from ftis.node.trainer.wire_groups import decode_groups
 from ftis.protocol import TokenizerInfo, decode
 
 QWEN_VOCAB = 151_936

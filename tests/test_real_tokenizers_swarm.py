@@ -21,11 +21,11 @@ import torch
 from helpers.hivemind_swarm import DEADLINE_S, rejections_of, start_bootstrap
 from helpers.real_tokenizers import MAX_NEW_TOKENS, RUN, answering_stand_in, node_config, real_tokenizer, write_gsm8k
 
+from ftis.node.intake.text_groups import usable_text_bytes
 from ftis.node.models.stand_in import build_stand_in
 from ftis.node.runner.join import build_node
 from ftis.node.runner.node import Node
 from ftis.node.tasks.prompts import prompt_ids
-from ftis.node.trainer.text_groups import usable_text_bytes
 
 pytestmark = pytest.mark.hivemind
 

@@ -20,7 +20,7 @@ from ftis.node.swarm.transport import Transport
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import pack
-from ftis.node.trainer.step_metrics import PeerFiltered
+from ftis.node.trainer.step_figures import PeerFiltered
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import RolloutBatch
 from ftis.protocol.limits import MIN_LOGPROB

@@ -20,7 +20,7 @@ import pytest
 from conftest import reap, stray_processes
 from helpers.digit_model import digit_model, write_node_config
 
-from ftis.node.runner.checkpoint import CheckpointError, list_checkpoints, read_checkpoint, read_manifest
+from ftis.node.runner.checkpoint_files import CheckpointError, list_checkpoints, read_checkpoint, read_manifest
 
 pytestmark = pytest.mark.hivemind
 

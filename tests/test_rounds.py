@@ -7,7 +7,7 @@ import time
 
 from helpers.nodes import LIMITS, build_node, make_node, node_config
 
-from ftis.node.runner.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
+from ftis.node.intake.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
 from ftis.node.swarm.inbox import MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol.announcement import Announcement, Reach, encode_announcement

@@ -1,23 +1,23 @@
-"""The step's figures, declared once in ``StepMetrics``: each loss figure names what the loss returns, and
+"""The step's figures, declared once in ``StepFigures``: each loss figure names what the loss returns, and
 ``LossSums`` combines micro-batches as declared, checked against the sums written out by hand."""
 
 import pytest
 import torch
 
-from ftis.node.loss import LossMetrics, LossOutputs
-from ftis.node.trainer.step_metrics import FIGURES, LossSums, StepMetrics
+from ftis.node.loss import LossFigures, LossOutputs
+from ftis.node.trainer.step_figures import FIGURES, LossSums, StepFigures
 
 
 def test_every_loss_figure_is_something_the_loss_returns():
     combined = {name for name, figure in FIGURES.items() if figure.combine is not None}
-    assert combined <= {"loss", *LossMetrics.__dataclass_fields__}
+    assert combined <= {"loss", *LossFigures.__dataclass_fields__}
     assert {"loss", "filtered_fraction", "is_weight_mean", "is_weight_max", "divergence_mean"} <= combined
 
 
 def outputs(loss: float, filtered: float, weight_mean: float, weight_max: float, truncated: float,
             divergence: float) -> LossOutputs:
     t = torch.tensor
-    metrics = LossMetrics(num_sequences=t(0), filtered_fraction=t(filtered), filtered_advantage_fraction=t(filtered),
+    metrics = LossFigures(num_sequences=t(0), filtered_fraction=t(filtered), filtered_advantage_fraction=t(filtered),
                           filtered_divergence_fraction=t(0.0), is_weight_mean=t(weight_mean),
                           is_weight_max=t(weight_max), truncated_fraction=t(truncated), divergence_mean=t(divergence),
                           zero_variance_groups=t(0))
@@ -42,6 +42,6 @@ def test_micro_batches_combine_by_sequences_tokens_off_policy_and_max():
 
 
 def test_a_step_not_taken_is_zero_in_every_number():
-    step = StepMetrics(policy_version=4, zero_variance_groups=3, seconds=0.5)
+    step = StepFigures(policy_version=4, zero_variance_groups=3, seconds=0.5)
     assert not step.trained and step.loss == 0.0 and step.tokens == 0 and step.tokens_per_s == 0.0
     assert step.filtered_by_peer == {} and step.nonfinite_peers == []

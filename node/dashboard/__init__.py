@@ -4,7 +4,7 @@ scores of its peers and its mutes. Standard library only; the page's script and 
 
 Files:
 - ``series.py``   reading ``metrics.jsonl`` incrementally (offset kept) into series of bounded length.
-- ``charts.py``   the plots, each line named by a declared figure (``RoundReport``, ``StepMetrics``).
+- ``charts.py``   the plots, each line named by a declared figure (``RoundReport``, ``StepFigures``).
 - ``nodes.py``    one node's folder: its series, latest figures and ``peers.json``, as the page gets them.
 - ``members.py``  the run's members, read from the DHT again and again by a thread of its own.
 - ``server.py``   the HTTP server (``http.server``): the page, its files, the JSON endpoints, the headers,

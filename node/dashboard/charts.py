@@ -1,5 +1,5 @@
 """The dashboard's plots, each line named by the figure it draws: a figure is declared once
-(``RoundReport`` in ``records/round_report.py``, ``StepMetrics`` in ``trainer/step_metrics.py``,
+(``RoundReport`` in ``records/round_report.py``, ``StepFigures`` in ``trainer/step_figures.py``,
 ``SwarmFigures``), and its record key, its label (the TensorBoard tag) and its unit are read from that
 declaration here, so that a renamed figure breaks this table at import rather than a plot in silence.
 """
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ftis.node.figures import Figure, Unit, declared
 from ftis.node.records.round_report import RoundReport, SwarmFigures
-from ftis.node.trainer.step_metrics import FIGURES, record_key
+from ftis.node.trainer.step_figures import FIGURES, record_key
 
 
 @dataclass(frozen=True)

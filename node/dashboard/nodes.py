@@ -16,7 +16,7 @@ from ftis.node.dashboard.charts import LINES
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
 from ftis.node.records.record_kinds import is_evaluation, is_step
 from ftis.node.swarm.peer_view import PeerViewError, muted_now, read_peer_view
-from ftis.node.trainer.step_metrics import record_key
+from ftis.node.trainer.step_figures import record_key
 
 METRICS_FILE = "metrics.jsonl"  # records/metrics.py's MetricsLog writes it into the node's folder
 MAX_PEERS = 200  # peers.json rows shown; a node's view holds every peer it ever judged

@@ -5,7 +5,7 @@ the two groupings (``loop.grouping``, docs/loss.md), each in one place, chosen f
   advantage group, so a peer's group without reward variance teaches nothing and takes no place in the mix.
 - ``HorizontalGrouping`` (rounds mode only): every node draws the round's shared prompts
   (``shared_prompts.py``), and the groups of one prompt from all nodes form one advantage group
-  (``trainer/advantage_groups.py``); a peer's group is judged only once merged, so none is left out before.
+  (``intake/shared_groups.py``); a peer's group is judged only once merged, so none is left out before.
 """
 
 from dataclasses import dataclass
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ftis.node.config import NodeConfig
-from ftis.node.runner.shared_prompts import shared_group_id, shared_problems
+from ftis.node.intake.peer_selection import DatedGroup, select_peer_groups
+from ftis.node.intake.shared_groups import MergedGroups, merge_shared
+from ftis.node.intake.shared_prompts import shared_group_id, shared_problems
 from ftis.node.tasks import Problem, Task
-from ftis.node.trainer.advantage_groups import MergedGroups, merge_shared
 from ftis.node.trainer.groups import TrainingGroup
-from ftis.node.trainer.peer_selection import DatedGroup, select_peer_groups
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ftis.node.intake.text_groups import Retokenizer
+from ftis.node.swarm.transport import ReceivedBatch
 from ftis.node.tasks import Problem, Task, resolve_gold
 from ftis.node.tasks.prompts import Prompter
 from ftis.node.trainer.groups import TrainingGroup, sampler_sums
-from ftis.node.trainer.text_groups import Retokenizer
 from ftis.protocol import Group, RolloutBatch
 from ftis.protocol.schema import CompletionColumns
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+BatchKey = tuple[str, int]  # (peer id, round): one batch (a peer's batch arrives at most once)
+Texts = dict[BatchKey, list[list[str] | None]]  # each group's completion texts, decoded ahead (None: not decoded)
+
+
+def batch_key(item: ReceivedBatch) -> BatchKey:
+    return item.peer_id, item.batch.round
 
 
 @dataclass(frozen=True)
@@ -121,18 +130,6 @@ def _score_other_tokenizer(batch: RolloutBatch, task: Task, trust_peer_answers: 
 def _prompt_of(group: Group, problem: Problem, prompter: Prompter) -> bool:
     """Whether the group's prompt ids are a rendering of ``problem`` this node makes itself."""
     return any(np.array_equal(group.prompt_ids, ids) for ids in prompter.renderings(problem))
-
-
-def score_own_batch(batch: RolloutBatch, rewards: Sequence[Sequence[float]], *, off_policy: bool) -> Scored:
-    """This node's own ``batch`` scored with ``rewards`` (one list per group), the rewards it computed
-    while building the batch (``Node._generate``): the same texts against the same gold answers as
-    ``score_batch(batch, ..., trust_peer_answers=True)`` (the gold of an own problem is its task's own
-    answer), so the same result without decoding and scoring twice; a test checks that they are equal."""
-    if len(rewards) != len(batch.groups):
-        raise ValueError(f"{len(rewards)} reward lists for {len(batch.groups)} groups")
-    groups = [_training_group(batch, group, np.asarray(group_rewards, dtype=np.float64), off_policy)
-              for group, group_rewards in zip(batch.groups, rewards, strict=True)]
-    return Scored(groups, 0, [float(reward) for group_rewards in rewards for reward in group_rewards])
 
 
 def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_policy: bool, *,

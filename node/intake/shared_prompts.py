@@ -1,5 +1,5 @@
 """Horizontal grouping, the runner's side (docs/loss.md): all nodes of a run answer the same prompts in a
-round, so that their completions for one prompt can form one advantage group (``trainer/advantage_groups.py``).
+round, so that their completions for one prompt can form one advantage group (``intake/shared_groups.py``).
 
 - ``shared_problems``: problem k of round r is drawn by an RNG seeded with (swarm_seed, r, k) alone, so
   every node with the same ``loop.swarm_seed``, task and split draws it, whatever its model seed or its
@@ -8,7 +8,7 @@ round, so that their completions for one prompt can form one advantage group (``
   with the generating peer's id instead). Run ids hold no ``/``, so the parts cannot run together.
 
 Merging the nodes' groups of one prompt into one advantage group is the trainer's concern
-(``trainer/advantage_groups.py``); a peer's batch of a later round waits for that round in rounds mode
+(``intake/shared_groups.py``); a peer's batch of a later round waits for that round in rounds mode
 (``rounds_barrier.py``), which horizontal grouping requires.
 """
 

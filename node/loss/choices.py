@@ -43,7 +43,7 @@ Inputs = TypeVar("Inputs")
 
 
 class Finish(Protocol[P_contra]):
-    """The shared tail of one granularity: surrogate, weight, keep, means, metrics."""
+    """The shared tail of one granularity: surrogate, weight, keep, means, figures."""
 
     def __call__(self, prepared: P_contra, params: LossParams, /, *, ratio_base: Tensor, weight: Tensor,
                  reported_weight: Tensor, truncated: Tensor, decision: FilterDecision) -> LossOutputs: ...

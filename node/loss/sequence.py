@@ -26,7 +26,7 @@ The choices of each variant are the per-token ones, made per sequence:
 
 When this node's tokens are the generator's, log π_gen(y) = Σ_t sampler_t, and the sequence form is exactly the
 per-token form run with each token's log-ratio log(π_θ/π_θold) and log-weight log(π_θold/π_gen) replaced by
-their completion's means (tests/test_loss_sequence.py checks loss, gradient, filter and metrics): the two agree
+their completion's means (tests/test_loss_sequence.py checks loss, gradient, filter and figures): the two agree
 wherever those are constant within each completion. Where they vary, w_i is the geometric mean of the token
 weights, truncated once (before truncation, at most their arithmetic mean), and D_i = k3(mean x) is at most
 the per-token mean of k3(x) (k3 is convex).
@@ -44,7 +44,7 @@ from ftis.node.loss.terms import (
     MAX_LOG_RATIO,
     FilterDecision,
     clipped_surrogate,
-    loss_metrics,
+    loss_figures,
     masked_mean_per_sequence,
 )
 from ftis.node.loss.types import LossOutputs, LossParams, SequenceLossInputs
@@ -117,17 +117,17 @@ def _finish(
     truncated: Tensor,
     decision: FilterDecision,
 ) -> LossOutputs:
-    """The shared tail: sequence surrogate, weight, keep, batch mean, metrics (weights counted per token)."""
+    """The shared tail: sequence surrogate, weight, keep, batch mean, figures (weights counted per token)."""
     keep = sequences.active & ~decision.dropped  # (B,)
     # The surrogate caps log ρ before exp() (terms.py), so an absurd claim under vis stays finite; dropped and
     # inactive completions are then selected away, never multiplied by 0 (inf · 0 would be NaN).
     surrogate = weight * clipped_surrogate(sequences.logprobs - ratio_base, sequences.advantages, params.epsilon)
     loss = -torch.where(keep, surrogate, 0.0).sum() / sequences.active.sum().clamp(min=1)
     per_token = sequences.mask.shape
-    metrics = loss_metrics(sequences.mask, sequences.active, sequences.eligible, sequences.divergence,
+    figures = loss_figures(sequences.mask, sequences.active, sequences.eligible, sequences.divergence,
                            sequences.zero_variance_groups, reported_weight[:, None].expand(per_token),
                            truncated[:, None].expand(per_token), decision)
-    return LossOutputs(loss, metrics, decision.by_divergence)
+    return LossOutputs(loss, figures, decision.by_divergence)
 
 
 SEQUENCE_VARIANTS: dict[str, Callable[[SequenceLossInputs, LossParams], LossOutputs]] = variants(_prepare, _finish)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ftis.node.loss.types import FilterRule, LossMetrics
+from ftis.node.loss.types import FilterRule, LossFigures
 
 # The largest log-ratio log R_t the surrogate takes, on its side that no PPO clip bounds (R above 1 + ε with
 # Â < 0). exp(20) ≈ 4.9e8 is far beyond any ratio an honest sample reaches, and far below float32's
@@ -91,7 +91,7 @@ def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, epsilon: float) -> 
     return torch.minimum(ratio * advantages, ratio.clamp(1 - epsilon, 1 + epsilon) * advantages)
 
 
-def loss_metrics(
+def loss_figures(
     mask: Tensor,
     active: Tensor,
     eligible: Tensor,
@@ -100,15 +100,15 @@ def loss_metrics(
     weight: Tensor,
     truncated: Tensor,
     decision: FilterDecision,
-) -> LossMetrics:
-    """The metrics every variant reports (``LossMetrics``); ``weight`` and ``truncated`` are (B, T), per token
+) -> LossFigures:
+    """The figures every variant reports (``LossFigures``); ``weight`` and ``truncated`` are (B, T), per token
     (a per-sequence weight counts once for each of its completion's tokens)."""
     num_sequences = active.sum()
     tokens = mask & active[:, None]  # (B, T)
     num_tokens = tokens.sum().clamp(min=1)
     per_sequence = num_sequences.clamp(min=1)
     weight = weight.detach()
-    return LossMetrics(
+    return LossFigures(
         num_sequences=num_sequences,
         filtered_fraction=decision.dropped.sum() / per_sequence,
         filtered_advantage_fraction=decision.by_advantage.sum() / per_sequence,

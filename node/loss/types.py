@@ -53,7 +53,7 @@ class LossParams:
 
 
 @dataclass(frozen=True)
-class LossMetrics:
+class LossFigures:
     """Scalar tensors (detached). Fractions of completions are over the N active completions,
     fractions of tokens over their masked tokens; an empty set gives 0."""
 
@@ -71,5 +71,5 @@ class LossMetrics:
 @dataclass(frozen=True)
 class LossOutputs:
     loss: Tensor  # () scalar, carries the gradient to ``logprobs``
-    metrics: LossMetrics
+    figures: LossFigures
     divergence_filtered: Tensor  # (B,) bool: dropped by the filter, and D_i > g (a trainer counts them per peer)

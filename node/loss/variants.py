@@ -14,7 +14,7 @@ three choices (made once for both granularities in ``choices.py``):
 N counts the *active* completions: those in groups with reward variance that have at least one
 token. Completions of zero-variance groups are skipped (not counted in N); filtered completions
 stay in N with keep_i = 0 (Â_i := 0). A micro-batch must hold whole groups, since advantages are
-computed over each group; ``metrics.num_sequences`` gives N so a trainer can re-weight
+computed over each group; ``figures.num_sequences`` gives N so a trainer can re-weight
 micro-batches exactly. The same holds per sequence (``sequence.py``), for groups whose generator used another
 tokenizer: a micro-batch holds groups of one granularity, and ``LOSS_VARIANTS`` gives each name both forms.
 """
@@ -32,7 +32,7 @@ from ftis.node.loss.terms import (
     FilterDecision,
     clipped_surrogate,
     k3_divergence,
-    loss_metrics,
+    loss_figures,
     masked_mean_per_sequence,
 )
 from ftis.node.loss.types import LossInputs, LossOutputs, LossParams, SequenceLossInputs
@@ -87,7 +87,7 @@ def _finish(
     truncated: Tensor,
     decision: FilterDecision,
 ) -> LossOutputs:
-    """The shared tail: surrogate, weight, keep, sequence mean, batch mean, metrics."""
+    """The shared tail: surrogate, weight, keep, sequence mean, batch mean, figures."""
     keep = batch.active & ~decision.dropped  # (B,)
     used = batch.mask & keep[:, None]  # (B, T) tokens that carry gradient
     # Only used tokens reach exp(): a dropped peer completion with an absurd log-prob must not
@@ -96,9 +96,9 @@ def _finish(
     per_token = weight * clipped_surrogate(log_ratio, batch.advantages[:, None], params.epsilon)
     per_sequence = masked_mean_per_sequence(per_token, used)  # (B,)
     loss = -per_sequence.sum() / batch.active.sum().clamp(min=1)
-    metrics = loss_metrics(batch.mask, batch.active, batch.eligible, batch.divergence, batch.zero_variance_groups,
+    figures = loss_figures(batch.mask, batch.active, batch.eligible, batch.divergence, batch.zero_variance_groups,
                            reported_weight, truncated, decision)
-    return LossOutputs(loss, metrics, decision.by_divergence)
+    return LossOutputs(loss, figures, decision.by_divergence)
 
 
 LossFunction = Callable[[LossInputs, LossParams], LossOutputs]

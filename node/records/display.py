@@ -10,7 +10,7 @@ reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
 standard output is a terminal.
 
 The established figures are laid out by hand below (``_LAID_OUT``, ``_LAID_OUT_ROUND``); every other figure
-``StepMetrics`` (``trainer/step_metrics.py``) or ``RoundReport`` (``round_report.py``) marks ``shown``
+``StepFigures`` (``trainer/step_figures.py``) or ``RoundReport`` (``round_report.py``) marks ``shown``
 follows them by name, in the summary line and as a column of the table, with no change here.
 """
 
@@ -27,7 +27,7 @@ from rich.table import Table
 
 from ftis.node.figures import Figure, declared
 from ftis.node.records.round_report import ALONE_AFTER_S, RoundReport
-from ftis.node.trainer.step_metrics import FIGURES, record_key
+from ftis.node.trainer.step_figures import FIGURES, record_key
 
 Record = Mapping[str, Any]
 

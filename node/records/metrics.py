@@ -9,7 +9,7 @@ One flat record per step (``report_record``) is the single source of every outpu
   ``ftis-node status --node DIR``.
 
 A figure is declared once: a round's as a field of ``RoundReport`` (``round_report.py``), the training
-step's as a field of ``StepMetrics`` (``trainer/step_metrics.py``); its record key, its TensorBoard tag and
+step's as a field of ``StepFigures`` (``trainer/step_figures.py``); its record key, its TensorBoard tag and
 its place on the terminal all follow from there (``node/figures.py``).
 
 ``RunMetrics`` ties them together for the run loop: ``record(report, eval_accuracy=None)`` once per

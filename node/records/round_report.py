@@ -4,7 +4,7 @@ with ``figure(...)`` (``node/figures.py``), and its value set where the round co
 From its declaration alone a round figure ``x`` becomes the key ``x`` of every ``metrics.jsonl`` record, in
 field order (``records/metrics.py``; docs/node.md lists them), the TensorBoard scalar ``tag`` when it has one,
 and a part of the terminal's summary line and a column of its table when ``shown`` (``records/display.py``).
-The training step's figures are a section of it (``StepMetrics``, keys ``train_<name>``), and so are the
+The training step's figures are a section of it (``StepFigures``, keys ``train_<name>``), and so are the
 swarm's (``SwarmFigures``: traffic, rejections, scores) and the backend's counters (``generator_<name>``).
 
 ``Node.run_round`` fills in what the round measures; the run loop fills in the rest when it records the
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ftis.node.figures import figure
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
-from ftis.node.trainer.step_metrics import RECORD_PREFIX, StepMetrics
+from ftis.node.trainer.step_figures import RECORD_PREFIX, StepFigures
 
 NAN = float("nan")
 # a node that has seen no peer for this long trains alone: the run loop warns (runner/alone.py), the display says ALONE
@@ -114,7 +114,7 @@ class RoundReport:
     mismatched_groups: int = figure(0, tag="horizontal/mismatched_groups")
     # the backend's own counters (vLLM: weight syncs...)
     generator: dict[str, object] = figure(factory=dict, prefix="generator_", tag="generator")
-    step: StepMetrics = figure(factory=StepMetrics, prefix=RECORD_PREFIX)
+    step: StepFigures = figure(factory=StepFigures, prefix=RECORD_PREFIX)
     swarm: SwarmFigures = figure(factory=SwarmFigures, prefix="")  # filled in when recorded (report_record)
     # since the node last saw a peer (runner/alone.py)
     alone_seconds: float = figure(tag="swarm/alone_seconds", shown=True)

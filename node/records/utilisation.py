@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 WORK = ("generate", "train")  # what counts as utilised
 ROUND_PARTS = (
     "generate",  # the generator's sampling call (vLLM: with its weight sync)
-    "build",  # the round's prompts, own completions' texts and rewards (advisory in the batch), the batch
-    # (with the run loop's runner/helper_threads.py: also taking peers' batches and waiting for their texts)
+    "build",  # the round's prompts, own completions' texts, the batch and its training groups (with the run
+    # loop's runner/helper_threads.py: also taking peers' batches and waiting for their texts: Intake.take_early)
     "publish",  # encoding the own batch and handing it to the network thread (runner/helper_threads.py: to the
     # publisher's thread, and waiting for it after the step)
     "eval",  # periodic held-out evaluation, when due (after the publish: Node.run_round)
-    "score_own",  # this node's own groups for the step, with the rewards computed in build
+    "score_own",  # this node's task scoring its own completions (inside build's span, counted apart)
     "collect",  # taking peers' batches that arrived; rounds mode: waiting for the rest
     "score_peers",  # decoding peers' completions (unless decoded ahead) and scoring them with this node's task
     "select",  # the fair peer-group mix (and horizontal merging)

@@ -1,6 +1,6 @@
 """A training node's checkpoints: written atomically, verified when read, refused for another model.
 
-    from ftis.node.runner.checkpoint import resume_latest, save_checkpoint
+    from ftis.node.runner.checkpoint_files import resume_latest, save_checkpoint
     path = save_checkpoint(node, out / "checkpoints", keep_last=3)
     resumed = resume_latest(fresh_node, out / "checkpoints")  # same round, optimizer, policy version, RNG
 

@@ -5,7 +5,7 @@
     ...                        # after each round: checkpointer.after_round()
     checkpointer.stop()              # in a finally: checkpoint the last completed round, export the model
 
-A checkpoint goes into ``<out>/checkpoints/`` (``checkpoint.py``) every ``every_rounds`` rounds and when the
+A checkpoint goes into ``<out>/checkpoints/`` (``checkpoint_files.py``) every ``every_rounds`` rounds and when the
 node stops (Ctrl-C, SIGTERM, ``--rounds`` reached, or an error); the Hugging Face export into ``<out>/export/``
 at each checkpoint when ``export_on_checkpoint`` and always when the node stops. Only a round that completed
 is saved: a node stopped inside its optimizer step keeps its previous checkpoint and says so.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ftis.node.models import export_policy
-from ftis.node.runner.checkpoint import (
+from ftis.node.runner.checkpoint_files import (
     CheckpointError,
     config_changes,
     list_checkpoints,

@@ -5,9 +5,9 @@ without one (tests, lockstep experiments) a round does all of it itself, in orde
 - publishing: the round's batch is encoded and handed to the transport on the publisher's thread while the
   round goes on; the round waits for it after its step, so the round's report includes it;
 - peers' texts: the peers' batches that arrived before the round generates are taken from the transport
-  then, and their completions decoded on the decoder's thread while the generator runs; the round waits for
-  them before it decodes its own completions (the tokenizer is used by one thread at a time). The round
-  trains on them first, then on the batches that arrive later: the transport's order. The rewards are
+  then (``Intake.take_early``), and their completions decoded on the decoder's thread while the generator runs;
+  the round waits for them before it decodes its own completions (the tokenizer is used by one thread at a
+  time). The round trains on them first, then on the batches that arrive later: the transport's order. The rewards are
   computed in the round itself: a task may rely on the main thread (math_verify's timeout). Taking them
   before generating frees their peers' inbox quota a little earlier than the collect would. Taking arrivals
   again during the generation (every 20 ms) gains nothing measurable.
@@ -18,16 +18,9 @@ Both give the same results as doing the work in place: the same bytes published,
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from ftis.node.intake.scoring import Texts, batch_key, decode_groups
 from ftis.node.records.writer import BackgroundWriter
 from ftis.node.swarm.transport import ReceivedBatch
-from ftis.node.trainer.wire_groups import decode_groups
-
-BatchKey = tuple[str, int]  # (peer id, round): one batch (a peer's batch arrives at most once)
-Texts = dict[BatchKey, list[list[str] | None]]  # each group's completion texts (None: not decoded)
-
-
-def batch_key(item: ReceivedBatch) -> BatchKey:
-    return item.peer_id, item.batch.round
 
 
 class HelperThreads:

@@ -53,9 +53,9 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     # vLLM's engine starts now, on the trainer's GPU, from the policy's current weights
     generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     if transport_factory is None:
+        from ftis.node.intake.text_groups import usable_text_bytes
         from ftis.node.swarm.hivemind_transport import HivemindTransport
         from ftis.node.swarm.reachability import describe as describe_reachability
-        from ftis.node.trainer.text_groups import usable_text_bytes
 
         def transport_factory(fingerprint: str) -> Transport:
             transport = HivemindTransport(config.swarm, fingerprint,

@@ -3,11 +3,11 @@ whether the filter applies to them (docs/loss.md), and which of them share one a
 
 A group is trained per token when its ids are its generator's (same tokenizer), and per sequence when its
 generator used another tokenizer: its ids are then this node's tokens of the completion texts, and the
-generator's log-prob comes as one number per completion (``sequence_logprobs``; ``text_groups.py``).
+generator's log-prob comes as one number per completion (``sequence_logprobs``; ``intake/text_groups.py``).
 
 A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
 groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the
-advantage of each completion is over all of them (``advantage_groups.py`` decides which share a key).
+advantage of each completion is over all of them (``intake/shared_groups.py`` decides which share a key).
 """
 
 from dataclasses import dataclass

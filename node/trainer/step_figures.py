@@ -1,5 +1,5 @@
 """The figures of one optimizer step, declared once: a new per-step training metric is one field of
-``StepMetrics`` below (a figure of the loss is also computed by the loss, in ``LossMetrics``).
+``StepFigures`` below (a figure of the loss is also computed by the loss, in ``LossFigures``).
 
 From its declaration alone a figure ``x`` becomes:
 - ``step.x``, on what ``Trainer.step`` returns (and ``RoundReport.step``);
@@ -9,7 +9,7 @@ From its declaration alone a figure ``x`` becomes:
 - its default, zero, on a step not taken (no reward variance, or refused).
 
 How a figure gets its value:
-- ``combine`` set: a figure of the loss, ``LossOutputs.loss`` or the ``LossMetrics`` field of the same
+- ``combine`` set: a figure of the loss, ``LossOutputs.loss`` or the ``LossFigures`` field of the same
   name, computed per micro-batch and combined into the step's figure (``LossSums``):
   ``"sequences"`` Σ value × the micro-batch's active completions / the step's completions (the loss's own
   weighting, so a fraction of completions stays one); ``"tokens"`` the mean weighted by the micro-batch's
@@ -39,7 +39,7 @@ class PeerFiltered:
 
 
 @dataclass(frozen=True)
-class StepMetrics:
+class StepFigures:
     """One optimizer step's figures: the table every output of a training figure is made from."""
 
     trained: bool = figure(False, shown=True)  # False when no step was taken (no reward variance, or refused)
@@ -81,7 +81,7 @@ class StepMetrics:
         object.__setattr__(self, "tokens_per_s", self.tokens / self.seconds if self.seconds > 0 else 0.0)
 
 
-FIGURES: dict[str, Figure] = declared(StepMetrics)
+FIGURES: dict[str, Figure] = declared(StepFigures)
 
 
 def record_key(name: str) -> str:
@@ -90,8 +90,8 @@ def record_key(name: str) -> str:
 
 
 class LossSums:
-    """The loss figures of a step's micro-batches, combined as ``StepMetrics`` declares, and each peer's
-    filtered completions. ``figures()`` gives them by name, ready for ``StepMetrics``."""
+    """The loss figures of a step's micro-batches, combined as ``StepFigures`` declares, and each peer's
+    filtered completions. ``figures()`` gives them by name, ready for ``StepFigures``."""
 
     def __init__(self) -> None:
         self._combine: dict[str, Combine] = {name: f.combine for name, f in FIGURES.items() if f.combine is not None}
@@ -114,7 +114,7 @@ class LossSums:
         tokens, off_policy_rows = int(loss_mask.sum()), int(off_policy.sum())
         weights = {"sequences": share, "tokens": float(tokens), "off_policy": float(off_policy_rows)}
         for name, how in self._combine.items():
-            value = float(out.loss.detach() if name == "loss" else getattr(out.metrics, name))
+            value = float(out.loss.detach() if name == "loss" else getattr(out.figures, name))
             if how == "max":
                 self._values[name] = max(self._values[name], value)
             else:
@@ -136,7 +136,7 @@ class LossSums:
                     before.completions + int((group.completions.lengths > 0).sum()),
                     before.divergence_filtered + sum(rows))
 
-    def figures(self) -> dict[str, Any]:  # keyword arguments of StepMetrics: floats, one per loss figure
+    def figures(self) -> dict[str, Any]:  # keyword arguments of StepFigures: floats, one per loss figure
         """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""
         over = {"sequences": 1, "max": 1, "tokens": max(self._weights["tokens"], 1),
                 "off_policy": max(self._weights["off_policy"], 1)}

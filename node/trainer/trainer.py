@@ -9,10 +9,10 @@ forward pass. The chosen loss variant's value is weighted by the micro-batch's s
 completions and back-propagated; then gradients are clipped and AdamW steps once, and the policy
 version increases. Zero-variance groups are dropped before any forward pass (they teach nothing); in
 horizontal mode that is decided per advantage group, over every node's completions for the prompt. The
-step's figures are ``StepMetrics`` (``step_metrics.py``, where a metric is added).
+step's figures are ``StepFigures`` (``step_figures.py``, where a metric is added).
 
 A step whose loss or gradient norm is not finite is refused: no optimizer step, the weights, the
-optimizer's moments and the policy version untouched, ``StepMetrics.refused`` set. The loss bounds every
+optimizer's moments and the policy version untouched, ``StepFigures.refused`` set. The loss bounds every
 ratio (``loss/terms.py``), so only a defect or a hostile input gets here; the refused step then re-runs each
 peer's groups alone and names the peers whose groups alone are not finite (``nonfinite_peers``), for the
 node to charge them.
@@ -31,7 +31,7 @@ from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_va
 from ftis.node.trainer.logprobs import completion_logprobs, shares_prompts
 from ftis.node.trainer.loss_params import loss_params
 from ftis.node.trainer.packing import PackedBatch, micro_batches, pack
-from ftis.node.trainer.step_metrics import LossSums, StepMetrics
+from ftis.node.trainer.step_figures import LossSums, StepFigures
 
 
 class Trainer:
@@ -63,7 +63,7 @@ class Trainer:
             group["lr"], group["weight_decay"] = self._lr, self._config.weight_decay
         self.policy_version = int(state["policy_version"])
 
-    def step(self, groups: list[TrainingGroup]) -> StepMetrics:
+    def step(self, groups: list[TrainingGroup]) -> StepFigures:
         started = time.perf_counter()
         gathered = advantage_groups(groups)
         kept = [together for together in gathered if rewards_vary(together)]
@@ -71,7 +71,7 @@ class Trainer:
         skipped = len(gathered) - len(kept)
         total = sum(group.size for group in informative)
         if not informative:  # every other figure is zero
-            return StepMetrics(policy_version=self.policy_version, zero_variance_groups=skipped,
+            return StepFigures(policy_version=self.policy_version, zero_variance_groups=skipped,
                                seconds=time.perf_counter() - started)
         params = loss_params(self._loss, step=self.policy_version)
         self.model.train()
@@ -80,13 +80,13 @@ class Trainer:
         if not (math.isfinite(sums.loss) and math.isfinite(float(grad_norm))):
             culprits = self._nonfinite_peers(kept, params)
             self.optimizer.zero_grad(set_to_none=True)
-            return StepMetrics(policy_version=self.policy_version, zero_variance_groups=skipped,
+            return StepFigures(policy_version=self.policy_version, zero_variance_groups=skipped,
                                seconds=time.perf_counter() - started, refused=True, nonfinite_peers=culprits)
         self.steps_started += 1
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy_version += 1
-        return StepMetrics(
+        return StepFigures(
             trained=True,
             policy_version=self.policy_version,
             grad_norm=float(grad_norm),
@@ -110,7 +110,7 @@ class Trainer:
             packed = pack(micro.groups, self._pad_id)
             logprobs = completion_logprobs(self.model, packed, self._shared_prompts)
             out = compute_loss(self._loss.variant, _loss_inputs(packed, logprobs, micro.per_sequence), params)
-            share = float(out.metrics.num_sequences) / total
+            share = float(out.figures.num_sequences) / total
             (out.loss * share).backward()
             sums.add(out, packed.loss_mask, packed.off_policy, share)
             sums.add_peers(micro.groups, out.divergence_filtered)

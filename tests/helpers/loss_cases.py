@@ -67,4 +67,4 @@ def assert_matches(out, expected, logprobs: torch.Tensor) -> None:
     torch.testing.assert_close(grad, gradient(expected.loss, logprobs).float(), rtol=1e-5, atol=1e-6)
     assert torch.isfinite(grad).all()
     for name, value in expected.metrics.items():
-        assert float(getattr(out.metrics, name)) == pytest.approx(value, rel=1e-5, abs=1e-6), name
+        assert float(getattr(out.figures, name)) == pytest.approx(value, rel=1e-5, abs=1e-6), name

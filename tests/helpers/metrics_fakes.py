@@ -13,13 +13,13 @@ from ftis.node.records.round_report import RoundReport
 from ftis.node.swarm.peer_view import PeerView, write_peer_view
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
-from ftis.node.trainer.step_metrics import StepMetrics
+from ftis.node.trainer.step_figures import StepFigures
 
 PEER_A, PEER_B = "12D3KooWAlphaAlphaAlphaAlpha", "12D3KooWBravoBravoBravoBravo"
 
 
-def step_metrics(trained: bool = True, version: int = 3) -> StepMetrics:
-    return StepMetrics(
+def step_figures(trained: bool = True, version: int = 3) -> StepFigures:
+    return StepFigures(
         trained=trained, policy_version=version, loss=-0.0123, grad_norm=0.8, groups=5, peer_groups=3,
         zero_variance_groups=2, sequences=40, tokens=1200, filtered_fraction=0.25,
         filtered_advantage_fraction=0.2, filtered_divergence_fraction=0.05, is_weight_mean=1.02,
@@ -33,7 +33,7 @@ def report(round_: int = 4, transport: TransportStats | None = None, peer_reward
         round=round_, own_reward=0.25, peer_reward=peer_reward, own_groups=2, peer_groups_received=6,
         peer_groups_used=3, peer_groups_by_peer={PEER_A: 2, PEER_B: 1}, unusable_groups=1,
         generation_tokens=500, generation_seconds=4.0, waited_seconds=0.0, late_peers=0,
-        step=step_metrics(trained), transport=transport or TransportStats(),
+        step=step_figures(trained), transport=transport or TransportStats(),
     )
 
 
@@ -59,7 +59,7 @@ def write_node_folder(folder: Path, rounds: int, *, muted: str = PEER_B, evaluat
                                              1000.0, 0.1), r, r))
         transport = TransportStats(published_batches=r + 1, published_bytes=900 * (r + 1),
                                    delivered_batches=2 * (r + 1), delivered_bytes=int(1800 * (r + 1) + 400 * r * wave))
-        step = replace(step_metrics(version=r + 1), filtered_fraction=0.3 + 0.1 * wave,
+        step = replace(step_figures(version=r + 1), filtered_fraction=0.3 + 0.1 * wave,
                        filtered_advantage_fraction=0.25 + 0.1 * wave, filtered_divergence_fraction=0.05 * wave,
                        is_weight_mean=0.9 + 0.05 * wave)
         round_report = replace(report(r, transport), own_reward=0.2 + 0.2 * wave + 0.2 * r / rounds,
