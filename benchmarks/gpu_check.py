@@ -130,13 +130,14 @@ def logprob_gap(model, groups, sampling=None, max_tokens: int = 4096) -> tuple[f
     import torch
 
     from ftis.node.generation.hf import processed_logprobs
+    from ftis.node.trainer.groups import advantage_groups
     from ftis.node.trainer.logprobs import completion_logprobs
     from ftis.node.trainer.packing import micro_batches, pack
 
     worst, total, count, outside = 0.0, 0.0, 0, 0
     device = next(model.parameters()).device
     with torch.no_grad():
-        for micro in micro_batches(groups, max_tokens):
+        for micro in micro_batches(advantage_groups(groups), max_tokens):
             packed = pack(micro.groups)
             if sampling is None:
                 recomputed = completion_logprobs(model, packed)  # (B, T)

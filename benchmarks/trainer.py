@@ -176,6 +176,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
 
     from benchmarks.demo_nodes import load_case
     from ftis.node.loss import LossInputs, compute_loss
+    from ftis.node.trainer.groups import advantage_groups
     from ftis.node.trainer.logprobs import completion_logprobs
     from ftis.node.trainer.loss_params import loss_params
     from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
@@ -212,7 +213,7 @@ def measure_case(case, peer_models: list, pairs: int, groups_per_peer: int) -> C
     restore()
 
     # The step's forward pass and loss, as Trainer.step builds them, without the backward pass.
-    micros = micro_batches(groups, config.trainer.max_tokens_per_microbatch)
+    micros = micro_batches(advantage_groups(groups), config.trainer.max_tokens_per_microbatch)
     chunks = [pack(micro.groups, pad_id) for micro in micros]
     params = loss_params(config.loss, step=version)
     model.train()
@@ -363,11 +364,12 @@ def step_work(model, groups: list, config) -> tuple[int, int]:
     """(micro-batches, tokens the forward passes compute) of a step on ``groups`` under the trainer settings
     ``config``: each micro-batch padded as packed, each distinct prompt once and the tokens they share once, where
     the trainer shares prompts."""
+    from ftis.node.trainer.groups import advantage_groups
     from ftis.node.trainer.logprobs import shares_prompts
     from ftis.node.trainer.packing import micro_batches, padded_tokens
 
     shared = shares_prompts(model) and not config.gradient_checkpointing  # as the trainer decides
-    micro = micro_batches(groups, config.max_tokens_per_microbatch, shared)
+    micro = micro_batches(advantage_groups(groups), config.max_tokens_per_microbatch, shared)
     return len(micro), sum(padded_tokens(m.groups, shared) for m in micro)
 
 

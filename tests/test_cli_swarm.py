@@ -10,6 +10,7 @@ bootstrap's two runs (same identity file) make one test, and status runs in-proc
 import contextlib
 import json
 import os
+import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from helpers.swarm import TOKENIZER, make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
+from ftis.node.swarm.listen_ports import check_listen_ports
+from ftis.node.swarm.transport import SwarmError
 
 pytestmark = pytest.mark.hivemind
 
@@ -157,3 +160,25 @@ def test_status_whose_read_gets_no_answer_exits_with_an_error_line(member, monke
     result = runner.invoke(app, ["status", "--peer", maddr, "--run-id", RUN])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "error: the swarm's DHT did not answer within 60 s; try again" in result.stderr, result.output
+
+
+def test_bootstrap_on_a_taken_port_says_so_at_once_and_writes_nothing(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        key = tmp_path / "keys" / "bootstrap.key"
+        started = time.monotonic()
+        result = runner.invoke(app, ["bootstrap", "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}",
+                                     "--identity", str(key)])
+        seconds = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    assert f"cannot listen on /ip4/127.0.0.1/tcp/{port}: port {port} is taken" in result.output
+    assert seconds < 10  # before p2pd's start-up, not after its timeout
+    assert not (tmp_path / "keys").exists()  # no identity created for a node that never started
+
+
+def test_a_listen_address_not_of_this_machine_is_refused_with_the_fix():
+    with pytest.raises(SwarmError, match=r"not an address of this machine.*--announce-maddrs"):
+        check_listen_ports(["/ip4/192.0.2.7/tcp/31337"])
+    check_listen_ports(["/ip4/127.0.0.1/tcp/0", "/ip4/0.0.0.0/udp/31337/quic", "/dns4/example.org/tcp/1"])

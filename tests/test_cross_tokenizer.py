@@ -29,7 +29,7 @@ from ftis.node.models.tokenizer import (
 )
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.tasks.prompts import prompt_ids
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, advantage_groups
 from ftis.node.trainer.packing import micro_batches
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
@@ -222,7 +222,7 @@ def test_micro_batches_hold_one_form_and_a_mixed_advantage_group_goes_per_sequen
     (other,) = score(other_batch([["3", "x", "4"]])).groups
     mine = own_group([1.0, 0.0])
     shared = [own_group([1.0, 0.0], "me/0/1", key="p"), TrainingGroup(**{**other.__dict__, "advantage_key": "p"})]
-    micro = micro_batches([mine, other, *shared], max_tokens=10_000)
+    micro = micro_batches(advantage_groups([mine, other, *shared]), max_tokens=10_000)
     assert [(m.per_sequence, [g.group_id for g in m.groups]) for m in micro] == [
         (False, ["me/0/0"]), (True, ["bob/0/0", "me/0/1", "bob/0/0"])]
     step = Trainer(model(), "full", LossConfig(), TrainerConfig(learning_rate=1e-2)).step([mine, other, *shared])

@@ -18,7 +18,7 @@ from ftis.node.intake.shared_groups import merge_shared
 from ftis.node.intake.shared_prompts import shared_group_id, shared_problems
 from ftis.node.loss import LossInputs, LossParams, compute_loss
 from ftis.node.swarm.memory import MemoryHub
-from ftis.node.trainer.groups import TrainingGroup, advantage_index
+from ftis.node.trainer.groups import TrainingGroup, advantage_groups, advantage_index
 from ftis.node.trainer.packing import micro_batches, pack
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import TaskRef
@@ -127,7 +127,8 @@ def test_micro_batches_keep_an_advantage_group_whole():
     second = group(rng, [1.0, 0.0], peer="me", off_policy=False, group_id="run/0/1")
     later = [group(rng, [0.0, 1.0], peer="a", off_policy=True, group_id=gid) for gid in ("run/0/0", "run/0/1")]
     merged = merge_shared([first, second, *later])
-    chunks = [micro.groups for micro in micro_batches(merged.groups, max_tokens=1)]  # every advantage group alone
+    # every advantage group alone
+    chunks = [micro.groups for micro in micro_batches(advantage_groups(merged.groups), max_tokens=1)]
     assert chunks == [[merged.groups[0], merged.groups[2]], [merged.groups[1], merged.groups[3]]]
     assert pack(merged.groups).group_index.tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
 

@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import LossConfig, TrainerConfig
-from ftis.node.trainer.groups import TrainingGroup
+from ftis.node.trainer.groups import TrainingGroup, advantage_groups
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
 from ftis.node.trainer.trainer import Trainer
@@ -81,16 +81,17 @@ def test_packed_logprobs_equal_each_sequence_alone(temperature, shared_prompts):
 def test_micro_batches_hold_whole_groups_within_the_token_bound(shared_prompts):
     rng = np.random.default_rng(1)
     groups = [make_group(rng, f"g{k}", [1.0, 0.0], prompt_length=4) for k in range(5)]
-    chunks = [micro.groups for micro in micro_batches(groups, 30, shared_prompts)]
+    chunks = [micro.groups for micro in micro_batches(advantage_groups(groups), 30, shared_prompts)]
     assert [g for chunk in chunks for g in chunk] == groups
     for chunk in chunks:
         assert len(chunk) == 1 or padded_tokens(chunk, shared_prompts) <= 30
         rows = sum(g.size for g in chunk)
         width = max(len(g.prompt_ids) + int(g.completions.lengths.max()) for g in chunk)
         assert padded_tokens(chunk, shared_prompts=False) == rows * width  # one row per completion, prompt included
-    assert [micro.groups for micro in micro_batches(groups, 1, shared_prompts)] == [[g] for g in groups]  # alone
+    alone = micro_batches(advantage_groups(groups), 1, shared_prompts)
+    assert [micro.groups for micro in alone] == [[g] for g in groups]
     if shared_prompts:  # the prompts count once: fewer micro-batches than one row per completion needs
-        assert len(chunks) < len(micro_batches(groups, 30, shared_prompts=False))
+        assert len(chunks) < len(micro_batches(advantage_groups(groups), 30, shared_prompts=False))
 
 
 def captured_gradients(max_tokens: int, lora: bool = False, **settings) -> list[torch.Tensor]:

@@ -47,6 +47,7 @@ from ftis.node.swarm.hivemind_fetch import Fetcher
 from ftis.node.swarm.hivemind_serve import Server
 from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.inbox import Inbox, inbox_limits
+from ftis.node.swarm.listen_ports import check_listen_ports
 from ftis.node.swarm.outbox import Outbox
 from ftis.node.swarm.p2pd_metrics import free_port
 from ftis.node.swarm.reachability import RelayAwareDHT, p2p_options, p2pd_flags
@@ -66,6 +67,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
     The identity file is created when missing; a new one is not checked for being in use (hivemind's
     check starts a throwaway daemon, which doubles start-up).
     """
+    check_listen_ports(config.host_maddrs)  # a taken port said at once, before anything is written
     fresh = not identity_path.exists()
     try:
         identity_path = ensure_identity(identity_path)

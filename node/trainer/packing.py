@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ftis.node.trainer.groups import TrainingGroup, advantage_groups, advantage_index
+from ftis.node.trainer.groups import TrainingGroup, advantage_index
 
 
 @dataclass(frozen=True)
@@ -160,13 +160,12 @@ class MicroBatch:
     per_sequence: bool  # trained with the per-sequence loss (another tokenizer's group is in each advantage group)
 
 
-def micro_batches(groups: list[TrainingGroup], max_tokens: int, shared_prompts: bool = True) -> list[MicroBatch]:
-    """Runs of whole advantage groups (advantages are per advantage group: the groups sharing an
-    ``advantage_key`` go together, in order of first appearance) of at most ``max_tokens`` padded tokens
-    each (``padded_tokens``, in the layout named by ``shared_prompts``); an advantage group larger than that
-    forms a micro-batch alone. The advantage groups trained per token come first, then those trained per
-    sequence."""
-    gathered = advantage_groups(groups)
+def micro_batches(gathered: list[list[TrainingGroup]], max_tokens: int,
+                  shared_prompts: bool = True) -> list[MicroBatch]:
+    """Runs of whole advantage groups (``gathered``, as ``groups.advantage_groups`` gives them: advantages are
+    per advantage group) of at most ``max_tokens`` padded tokens each (``padded_tokens``, in the layout named
+    by ``shared_prompts``); an advantage group larger than that forms a micro-batch alone. The advantage groups
+    trained per token come first, then those trained per sequence."""
     batches: list[MicroBatch] = []
     for per_sequence in (False, True):
         current: list[TrainingGroup] = []

@@ -66,7 +66,7 @@ class Trainer:
     def step(self, groups: list[TrainingGroup]) -> StepFigures:
         started = time.perf_counter()
         gathered = advantage_groups(groups)
-        kept = [together for together in gathered if rewards_vary(together)]
+        kept = [together for together in gathered if rewards_vary(together)]  # the advantage groups trained on
         informative = [group for together in kept for group in together]
         skipped = len(gathered) - len(kept)
         total = sum(group.size for group in informative)
@@ -75,7 +75,7 @@ class Trainer:
                                seconds=time.perf_counter() - started)
         params = loss_params(self._loss, step=self.policy_version)
         self.model.train()
-        sums = self._backward(informative, params)
+        sums = self._backward(kept, params)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
         if not (math.isfinite(sums.loss) and math.isfinite(float(grad_norm))):
             culprits = self._nonfinite_peers(kept, params)
@@ -101,12 +101,12 @@ class Trainer:
             **sums.figures(),
         )
 
-    def _backward(self, groups: list[TrainingGroup], params) -> LossSums:
-        """Gradients of the loss over ``groups`` (whole advantage groups) in the parameters' ``.grad``."""
+    def _backward(self, gathered: list[list[TrainingGroup]], params) -> LossSums:
+        """Gradients of the loss over the advantage groups ``gathered`` in the parameters' ``.grad``."""
         self.optimizer.zero_grad(set_to_none=True)
-        total = sum(group.size for group in groups)
+        total = sum(group.size for together in gathered for group in together)
         sums = LossSums()
-        for micro in micro_batches(groups, self._config.max_tokens_per_microbatch, self._shared_prompts):
+        for micro in micro_batches(gathered, self._config.max_tokens_per_microbatch, self._shared_prompts):
             packed = pack(micro.groups, self._pad_id)
             logprobs = completion_logprobs(self.model, packed, self._shared_prompts)
             out = compute_loss(self._loss.variant, _loss_inputs(packed, logprobs, micro.per_sequence), params)
@@ -119,14 +119,14 @@ class Trainer:
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
         """The peers whose advantage groups, trained on alone, give a loss or a gradient that is not finite
         (an advantage group mixing generators, in horizontal mode, is nobody's alone)."""
-        by_peer: dict[str, list[TrainingGroup]] = defaultdict(list)
+        by_peer: dict[str, list[list[TrainingGroup]]] = defaultdict(list)
         for together in kept:
             generators = {group.peer_id for group in together}
             if len(generators) == 1 and all(group.off_policy for group in together):
-                by_peer[together[0].peer_id] += together
+                by_peer[together[0].peer_id].append(together)
         culprits = []
-        for peer, groups in sorted(by_peer.items()):
-            sums = self._backward(groups, params)
+        for peer, gathered in sorted(by_peer.items()):
+            sums = self._backward(gathered, params)
             gradients = [p.grad for p in self.parameters if p.grad is not None]
             if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
                 culprits.append(peer)
