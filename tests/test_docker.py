@@ -111,9 +111,27 @@ def test_the_cpu_image_pins_the_cpu_torch_that_ci_installs():
     found = instructions(DOCKER / "Dockerfile.cpu")
     (ci_pin,) = re.findall(r"torch==([0-9.]+)", (ROOT / ".ci" / "run").read_text())
     assert arg_default(found, "TORCH_VERSION") == ci_pin
+    assert arg_default(found, "TORCH_INDEX_URL") == "https://download.pytorch.org/whl/cpu"  # the CPU builds only
     runs = " ".join(all_of(found, "RUN"))
-    assert 'https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"' in runs
+    assert '--index-url "${TORCH_INDEX_URL}"' in runs and '"torch==${TORCH_VERSION}"' in runs
     assert "vllm" not in runs and "nvidia" not in last(found, "FROM")
+
+
+def test_no_dockerfile_fetches_a_frontend_to_be_parsed():
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        first = (DOCKER / name).read_text().splitlines()[0]
+        assert not first.lower().startswith("# syntax="), f"{name}: a syntax line makes BuildKit fetch an image"
+
+
+def test_the_cpu_image_installs_its_dependencies_before_it_copies_the_code():
+    lines = [(kind, arguments) for kind, arguments in instructions(DOCKER / "Dockerfile.cpu")]
+    copies = [k for k, (kind, arguments) in enumerate(lines) if kind == "COPY" and arguments.split()[0] == "node"]
+    dependencies = [k for k, (kind, arguments) in enumerate(lines)
+                    if kind == "RUN" and "pip install -r" in arguments]
+    assert copies and dependencies and dependencies[0] < copies[0]  # a code change keeps the dependencies' layer
+    (last_install,) = [arguments for kind, arguments in lines[copies[0]:]
+                       if kind == "RUN" and "pip install" in arguments]
+    assert "--no-deps" in last_install
 
 
 def test_the_build_context_lets_in_what_the_images_copy():
