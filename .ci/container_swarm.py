@@ -113,6 +113,7 @@ def main() -> int:
             waited = podman("wait", f"{PROJECT}-{name}", timeout=left)
             result["services"][name] = {"exit_code": int(waited.stdout.strip().splitlines()[-1])}
             print(f"{name} exited {result['services'][name]['exit_code']}", flush=True)
+        result["refusals"] = refusals(services, options.image)
         podman("stop", "--time", "30", f"{PROJECT}-bootstrap", timeout=60)
         inspect = podman("inspect", "--format", "{{.State.ExitCode}}", f"{PROJECT}-bootstrap")
         result["services"]["bootstrap"] = {"exit_code": int(inspect.stdout.strip())}
@@ -134,6 +135,34 @@ def main() -> int:
                       for name, s in result["services"].items()}, indent=1))
     codes = [s.get("exit_code") for s in result["services"].values()]
     return 0 if codes and all(code == 0 for code in codes) else 1
+
+
+def refusals(services: dict, image: str) -> dict:
+    """Start-up errors a container user meets, each provoked once while the swarm's bootstrap runs: its port
+    taken (a second bootstrap in its network namespace), and a node folder on a bind mount the image's user
+    cannot write (a root-owned host folder). Each must end the container at once with a line that says so."""
+    bootstrap = services["bootstrap"]["command"]
+    cases = {
+        "port_taken": ["--network", f"container:{PROJECT}-bootstrap", image, *bootstrap[:3]],
+        "unwritable_bind_mount": ["--volume", f"{_root_owned_folder()}:/data/runs", image,
+                                  *services["node-small"]["command"], "--rounds", "1"],
+    }
+    found = {}
+    for name, args in cases.items():
+        started = time.monotonic()
+        done = podman("run", "--rm", *args, check=False, timeout=300)
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        found[name] = {"exit_code": done.returncode, "seconds": round(time.monotonic() - started, 1),
+                       "error": next((line for line in lines if line.startswith("error:")), lines[-1:])}
+    return found
+
+
+def _root_owned_folder() -> Path:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ftis-ci-root-owned-"))
+    folder.chmod(0o755)  # root's, not writable by the image's user (uid 10001)
+    return folder
 
 
 def _peer_id(key: Path) -> str:

@@ -333,8 +333,10 @@ def join_command(
             data[section].update({key: value for key, value in values.items() if value is not None})
         config = _validated(NodeConfig, data)
         exit_on_sigterm()
+        from ftis.node.runner.folders import check_node_folders
         from ftis.node.runner.join import build_node, run_node
 
+        check_node_folders(out, config.swarm.identity_path)  # before minutes of warm start and start-up
         node = build_node(config, echo=lambda line: typer.echo(line))
         run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
 

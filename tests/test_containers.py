@@ -53,3 +53,14 @@ def test_each_node_checkpointed_and_exported_its_model(result):
         node = result["services"][name]
         assert node["checkpoints"], (name, node)
         assert any(name.endswith(".safetensors") for name in node["export"]), (name, node)  # the weights
+
+
+def test_start_up_errors_in_a_container_are_said_at_once(result):
+    refusals = result["refusals"]
+    taken, unwritable = refusals["port_taken"], refusals["unwritable_bind_mount"]
+    assert taken["exit_code"] == 1 and "port 31337 is taken" in taken["error"], taken
+    assert unwritable["exit_code"] == 1, unwritable
+    assert "cannot write the node folder /data/runs/small: Permission denied" in unwritable["error"], unwritable
+    assert "chown -R 10001:10001" in unwritable["error"], unwritable
+    for refusal in (taken, unwritable):
+        assert refusal["seconds"] < 60, refusal  # not after a warm start or the swarm's start-up timeout

@@ -6,6 +6,7 @@ Run: python -m pytest tests/test_errors.py -q
 """
 
 import importlib
+import os
 import pkgutil
 import signal
 
@@ -20,6 +21,7 @@ from ftis.node.dashboard.server import DashboardError
 from ftis.node.demo.launch import DemoError
 from ftis.node.errors import FAILURE, USAGE, UsageError, UserError
 from ftis.node.experiment.grid import GridError
+from ftis.node.runner.folders import FolderError, check_node_folders
 from ftis.protocol import DecodeError
 
 OPTIONAL = {"vllm"}  # a module that needs an extra the test environment may lack is skipped, nothing else
@@ -182,3 +184,28 @@ def test_the_demo_says_its_processes_ended_after_a_failure_not_after_a_usage_err
     monkeypatch.setattr("ftis.node.demo.run.run_demo", failing)
     result = runner.invoke(app, ["demo"])
     assert (result.exit_code, result.stderr) == (code, stderr), result.output
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes any folder")
+def test_a_node_folder_it_cannot_write_is_refused_before_anything_starts(tmp_path):
+    locked = tmp_path / "mount"
+    locked.mkdir()
+    locked.chmod(0o555)
+    with pytest.raises(FolderError, match=r"cannot write the node folder .*mount/run: Permission denied.*chown -R"):
+        check_node_folders(locked / "run", None)
+
+
+def test_a_node_folder_under_a_file_is_refused_and_an_identity_folder_is_checked_only_for_a_new_key(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("not a folder")
+    with pytest.raises(FolderError, match="cannot write the node folder"):
+        check_node_folders(blocker / "small", None)
+    key = tmp_path / "identity" / "node.key"
+    check_node_folders(tmp_path / "out", key)
+    assert (tmp_path / "out").is_dir() and key.parent.is_dir() and not key.exists()
+    assert not list((tmp_path / "out").iterdir()) and not list(key.parent.iterdir())  # the probes are gone
+    with pytest.raises(FolderError, match="the identity file's folder"):
+        check_node_folders(tmp_path / "out", blocker / "node.key")
+    existing = tmp_path / "given.key"
+    existing.write_bytes(b"k")
+    check_node_folders(tmp_path / "out", existing)  # an existing key is only read
