@@ -12,6 +12,7 @@ volumes too: a rerun starts from fresh identities).
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -39,9 +40,7 @@ def service_args(name: str, service: dict, subnet_name: str, image: str, extra: 
     args += ["--ip", address]
     for volume in service.get("volumes", []):
         source, target = volume.split(":", 1)
-        # Docker gives a new named volume the ownership of the image's folder; podman 4.3 does not for an empty
-        # one, so ``U`` gives it to the image's user (uid 10001), as Docker would.
-        args += ["--volume", f"{PROJECT}-{source}:{target}:U"]
+        args += ["--volume", f"{PROJECT}-{source}:{target}"]  # made beforehand: make_volumes
     entrypoint = service.get("entrypoint")
     if entrypoint:
         args += ["--entrypoint", json.dumps(entrypoint[:1])]
@@ -50,6 +49,21 @@ def service_args(name: str, service: dict, subnet_name: str, image: str, extra: 
         # compose writes $$ for a literal $; the entrypoint's remaining words come before the command
         args += [word.replace("$$", "$") for word in entrypoint[1:]]
     return [*args, *service["command"], *extra]
+
+
+def make_volumes(volumes: list[str], image: str) -> None:
+    """The named volumes, owned by the image's user, as Docker makes a new volume (it takes the ownership of the
+    image's folder). Podman 4.3 leaves a new volume root's, and its ``U`` option, meant to give the volume to the
+    container's user, is skipped at times on a volume the same ``run`` creates (podman issue 13492): a bootstrap
+    here then failed to write its identity, so the ownership is set here, on the host, before any container."""
+    user = podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip()
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or not (gid or uid).isdigit():
+        raise SystemExit(f"{image}: its user is {user!r}, not a numeric uid:gid")
+    for volume in volumes:
+        podman("volume", "create", volume)
+        mountpoint = podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume).stdout.strip()
+        os.chown(mountpoint, int(uid), int(gid or uid))
 
 
 def healthy(service: dict) -> bool:
@@ -95,6 +109,7 @@ def main() -> int:
     _clean(containers, volumes, network)
     try:
         podman("network", "create", "--subnet", subnet, network)
+        make_volumes(volumes, options.image)
         podman(*service_args("bootstrap", services["bootstrap"], network, options.image, []))
         while not healthy(services["bootstrap"]):
             state = podman("inspect", "--format", "{{.State.Status}}", f"{PROJECT}-bootstrap").stdout.strip()
