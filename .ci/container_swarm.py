@@ -12,7 +12,6 @@ volumes too: a rerun starts from fresh identities).
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -40,7 +39,9 @@ def service_args(name: str, service: dict, subnet_name: str, image: str, extra: 
     args += ["--ip", address]
     for volume in service.get("volumes", []):
         source, target = volume.split(":", 1)
-        args += ["--volume", f"{PROJECT}-{source}:{target}"]  # made beforehand: make_volumes
+        # Docker gives a new named volume the ownership of the image's folder; podman 4.3 does not for an empty
+        # one, so ``U`` gives it to the image's user (uid 10001), as Docker would.
+        args += ["--volume", f"{PROJECT}-{source}:{target}:U"]
     entrypoint = service.get("entrypoint")
     if entrypoint:
         args += ["--entrypoint", json.dumps(entrypoint[:1])]
@@ -49,21 +50,6 @@ def service_args(name: str, service: dict, subnet_name: str, image: str, extra: 
         # compose writes $$ for a literal $; the entrypoint's remaining words come before the command
         args += [word.replace("$$", "$") for word in entrypoint[1:]]
     return [*args, *service["command"], *extra]
-
-
-def make_volumes(volumes: list[str], image: str) -> None:
-    """The named volumes, owned by the image's user, as Docker makes a new volume (it takes the ownership of the
-    image's folder). Podman 4.3 leaves a new volume root's, and its ``U`` option, meant to give the volume to the
-    container's user, is skipped at times on a volume the same ``run`` creates (podman issue 13492): a bootstrap
-    here then failed to write its identity, so the ownership is set here, on the host, before any container."""
-    user = podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip()
-    uid, _, gid = user.partition(":")
-    if not uid.isdigit() or not (gid or uid).isdigit():
-        raise SystemExit(f"{image}: its user is {user!r}, not a numeric uid:gid")
-    for volume in volumes:
-        podman("volume", "create", volume)
-        mountpoint = podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume).stdout.strip()
-        os.chown(mountpoint, int(uid), int(gid or uid))
 
 
 def healthy(service: dict) -> bool:
@@ -109,7 +95,6 @@ def main() -> int:
     _clean(containers, volumes, network)
     try:
         podman("network", "create", "--subnet", subnet, network)
-        make_volumes(volumes, options.image)
         podman(*service_args("bootstrap", services["bootstrap"], network, options.image, []))
         while not healthy(services["bootstrap"]):
             state = podman("inspect", "--format", "{{.State.Status}}", f"{PROJECT}-bootstrap").stdout.strip()
@@ -154,13 +139,18 @@ def main() -> int:
 
 def refusals(services: dict, image: str) -> dict:
     """Start-up errors a container user meets, each provoked once while the swarm's bootstrap runs: its port
-    taken (a second bootstrap in its network namespace), and a node folder on a bind mount the image's user
-    cannot write (a root-owned host folder). Each must end the container at once with a line that says so."""
+    taken (a second bootstrap in its network namespace), a node folder on a bind mount the image's user cannot
+    write (a root-owned host folder), and no volume for the identity (the image's VOLUME then gets an anonymous
+    one, lost with the container), for a node and for a bootstrap. Each must end the container at once with a
+    line that says so."""
     bootstrap = services["bootstrap"]["command"]
+    node = [*services["node-small"]["command"], "--rounds", "1"]
     cases = {
         "port_taken": ["--network", f"container:{PROJECT}-bootstrap", image, *bootstrap[:3]],
-        "unwritable_bind_mount": ["--volume", f"{_root_owned_folder()}:/data/runs", image,
-                                  *services["node-small"]["command"], "--rounds", "1"],
+        "unwritable_bind_mount": ["--volume", f"{PROJECT}-identity:/data/identity:U",
+                                  "--volume", f"{_root_owned_folder()}:/data/runs", image, *node],
+        "no_identity_volume": [image, *node],
+        "no_identity_volume_bootstrap": [image, *bootstrap],
     }
     found = {}
     for name, args in cases.items():

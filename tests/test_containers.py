@@ -62,5 +62,10 @@ def test_start_up_errors_in_a_container_are_said_at_once(result):
     assert unwritable["exit_code"] == 1, unwritable
     assert "cannot write the node folder /data/runs/small: Permission denied" in unwritable["error"], unwritable
     assert "chown -R 10001:10001" in unwritable["error"], unwritable
-    for refusal in (taken, unwritable):
+    for name in ("no_identity_volume", "no_identity_volume_bootstrap"):
+        anonymous = refusals[name]
+        assert anonymous["exit_code"] == 1, (name, anonymous)
+        assert "/data/identity is an anonymous volume" in anonymous["error"], (name, anonymous)
+        assert "-v ftis-identity:/data/identity" in anonymous["error"], (name, anonymous)
+    for refusal in refusals.values():
         assert refusal["seconds"] < 60, refusal  # not after a warm start or the swarm's start-up timeout

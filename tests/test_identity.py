@@ -9,6 +9,8 @@ import pytest
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.p2p import PeerID
 
+from ftis.node.runner.folders import check_node_folders
+from ftis.node.swarm import mounts
 from ftis.node.swarm.identity import IdentityError, ensure_identity, peer_id_of_owner, signing_key
 
 
@@ -70,3 +72,94 @@ def test_an_existing_identity_readable_by_others_is_used_with_a_warning(tmp_path
         assert ensure_identity(path) == path  # used all the same: the peer id is the user's
     [record] = caplog.records
     assert "mode 644" in record.getMessage() and "chmod 400" in record.getMessage()
+
+
+def _mountinfo(tmp_path, source: str) -> str:
+    """A container's mountinfo (as podman wrote it) with ``tmp_path/identity`` mounted from ``source``."""
+    point = str(tmp_path / "identity").replace(" ", "\\040")
+    return (f"156 150 0:52 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n"
+            f"157 156 0:55 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+            f"161 156 254:0 {source} {point} rw,nosuid,nodev,relatime - ext4 /dev/vda rw\n"
+            f"163 156 254:0 /var/lib/docker/volumes/{'b' * 64}/_data {tmp_path}/runs rw - ext4 /dev/vda rw\n")
+
+
+ANONYMOUS = "/var/lib/containers/storage/volumes/64855c8b96cf2c049de9d0108d6ac456ed75d387548edf2ed1f10146a165f769/_data"
+
+
+@pytest.mark.parametrize("source, anonymous", [
+    (ANONYMOUS, True),
+    (f"/volumes/{'a' * 64}/_data", True),                           # the engine's folder on a partition of its own
+    ("/var/lib/containers/storage/volumes/ftis-identity/_data", False),  # a named volume
+    (f"/var/lib/docker/volumes/{'a' * 63}/_data", False),
+    ("/srv/ftis/identity", False),                                   # a host folder
+])
+def test_an_anonymous_volume_is_told_from_a_named_one_or_a_host_folder(tmp_path, source, anonymous):
+    mountinfo = _mountinfo(tmp_path, source)
+    expected = str(tmp_path / "identity") if anonymous else None
+    assert mounts.anonymous_volume(tmp_path / "identity", mountinfo) == expected
+    assert mounts.anonymous_volume(tmp_path / "identity" / "sub", mountinfo) == expected
+    assert mounts.anonymous_volume(tmp_path / "identity-other", mountinfo) is None  # a prefix is not a parent
+    assert mounts.anonymous_volume(tmp_path, mountinfo) is None
+
+
+def test_a_mount_point_with_a_space_is_read_as_mountinfo_escapes_it(tmp_path):
+    spaced = tmp_path / "my data"
+    mountinfo = _mountinfo(spaced, ANONYMOUS)
+    assert "\\040" in mountinfo
+    assert mounts.anonymous_volume(spaced / "identity", mountinfo) == str(spaced / "identity")
+
+
+def test_a_new_identity_on_an_anonymous_volume_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    info = tmp_path / "mountinfo"
+    info.write_text(_mountinfo(tmp_path, ANONYMOUS))
+    monkeypatch.setattr(mounts, "MOUNTINFO", info)
+    key = tmp_path / "identity" / "node.key"
+    with pytest.raises(IdentityError, match=r"identity is an anonymous volume .* -v ftis-identity:.*identity"):
+        ensure_identity(key)
+    assert not (tmp_path / "identity").exists()
+    with pytest.raises(IdentityError, match="anonymous volume"):
+        check_node_folders(tmp_path / "runs" / "small", key)  # join says it before its warm start
+    assert not (tmp_path / "runs").exists()
+    # an existing key there is read (a restarted container keeps its anonymous volume); elsewhere keys are made
+    info.write_text(_mountinfo(tmp_path, "/srv/ftis/identity"))
+    made = ensure_identity(key)
+    info.write_text(_mountinfo(tmp_path, ANONYMOUS))
+    assert ensure_identity(key) == made
+    assert ensure_identity(tmp_path / "elsewhere" / "node.key").exists()
+
+
+def test_without_a_mountinfo_to_read_nothing_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(mounts, "MOUNTINFO", tmp_path / "absent")
+    assert mounts.anonymous_volume(tmp_path) is None
+    assert ensure_identity(tmp_path / "node.key").exists()
+
+
+def test_processes_creating_one_identity_at_once_all_get_the_same_key(tmp_path):
+    """A bootstrap and a health check (``ftis-node identity``) creating the same key at once: none fails, one
+    key is kept, and no partial file is ever seen (the key is linked into place whole)."""
+    import subprocess
+    import sys
+
+    key = tmp_path / "identity" / "bootstrap.key"
+    script = ("import sys; from pathlib import Path; from ftis.node.swarm.identity import ensure_identity;"
+              "path = ensure_identity(Path(sys.argv[1])); print(path.read_bytes().hex())")
+    for attempt in range(3):
+        if key.exists():
+            key.unlink()
+        runs = [subprocess.Popen([sys.executable, "-c", script, str(key)], stdout=subprocess.PIPE, text=True)
+                for _ in range(6)]
+        keys = {run.communicate(timeout=120)[0].strip() for run in runs}
+        assert all(run.returncode == 0 for run in runs), attempt
+        assert keys == {key.read_bytes().hex()}, attempt
+        assert stat.S_IMODE(key.stat().st_mode) == 0o400
+        assert sorted(p.name for p in key.parent.iterdir()) == ["bootstrap.key"]  # no temporary file left
+
+
+def test_an_identity_file_is_never_replaced_once_there(tmp_path, monkeypatch):
+    from ftis.node.swarm import identity as identity_module
+
+    key = ensure_identity(tmp_path / "node.key")
+    before = key.read_bytes()
+    identity_module._create_identity(key)  # as a process that found no file a moment earlier would
+    assert key.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["node.key"]

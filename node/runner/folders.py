@@ -1,7 +1,8 @@
 """The folders a node writes, checked before it starts: its node folder (``--out``) and the folder of a new
-identity file. A folder it cannot write (a bind mount the container's user does not own, a read-only volume)
-would otherwise surface after the warm start and the swarm's start-up, minutes in; here it is said at once,
-with the fix, and nothing is written but the folders a writable parent lets it create.
+identity file, which must also outlive the container (not an anonymous volume). A folder it cannot write (a bind
+mount the container's user does not own, a read-only volume) would otherwise surface after the warm start and the
+swarm's start-up, minutes in; here it is said at once, with the fix, and nothing is written but the folders a
+writable parent lets it create.
 """
 
 import contextlib
@@ -10,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ftis.node.errors import UserError
+from ftis.node.swarm.identity import check_identity_kept
 
 
 class FolderError(UserError, OSError):
@@ -33,6 +35,9 @@ def check_writable(folder: Path, what: str) -> None:
 
 def check_node_folders(out: Path, identity: Path | None) -> None:
     """The node folder, and the folder of an identity file that does not exist yet (one that exists is read)."""
+    new_identity = identity if identity is not None and not identity.exists() else None
+    if new_identity is not None:
+        check_identity_kept(new_identity)  # reads only: before any folder is made
     check_writable(out, "the node folder")
-    if identity is not None and not identity.exists():
-        check_writable(identity.parent, "the identity file's folder")
+    if new_identity is not None:
+        check_writable(new_identity.parent, "the identity file's folder")

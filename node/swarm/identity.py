@@ -5,18 +5,21 @@ The file is hivemind's own identity format (a libp2p protobuf holding an RSA pri
 on first use with owner-only permissions. Without a file, a node gets a fresh identity per run.
 """
 
+import contextlib
 import hashlib
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from hivemind.p2p import P2P, PeerID
+from hivemind.p2p import PeerID
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis.node.errors import UserError
+from ftis.node.swarm.mounts import anonymous_volume
 
 logger = logging.getLogger(__name__)
 _SHA256_MULTIHASH = bytes([0x12, 0x20])  # multihash prefix: sha2-256, 32 bytes
@@ -27,23 +30,52 @@ class IdentityError(UserError, ValueError):
 
 
 def ensure_identity(path: Path) -> Path:
-    """Create the identity file at ``path`` if it does not exist (mode 0400, folder 0700 if new)."""
+    """Create the identity file at ``path`` if it does not exist (mode 0400, folder 0700 if new).
+
+    The file appears whole or not at all, and two processes creating it at once (a bootstrap and a health
+    check reading its address, in a container) end with one key that both use."""
     path = Path(path).expanduser()
-    if path.exists():
-        if not path.is_file():
-            raise IdentityError(f"{path}: not a file")
-        loose = path.stat().st_mode & 0o077
-        if loose:
-            logger.warning("%s can be read or written by others (mode %o): whoever reads it can sign as this "
-                           "node; run chmod 400 on it", path, path.stat().st_mode & 0o777)
-        return path
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        P2P.generate_identity(str(path))  # writes the key, then chmod 0400
-    except OSError as error:
-        raise IdentityError(f"{path}: cannot create the identity file ({error.strerror})") from None
-    os.chmod(path, 0o400)
+    if not path.exists():
+        check_identity_kept(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _create_identity(path)
+        except OSError as error:
+            raise IdentityError(f"{path}: cannot create the identity file ({error.strerror})") from None
+    if not path.is_file():
+        raise IdentityError(f"{path}: not a file")
+    if path.stat().st_mode & 0o077:
+        logger.warning("%s can be read or written by others (mode %o): whoever reads it can sign as this "
+                       "node; run chmod 400 on it", path, path.stat().st_mode & 0o777)
     return path
+
+
+def _create_identity(path: Path) -> None:
+    """A new RSA key in hivemind's identity format, written to a private temporary file beside ``path`` and
+    linked to ``path`` only if no file is there yet: a key someone else made in the meantime is kept."""
+    key = crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes())
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(key.SerializeToString())
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o400)
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)  # never replaces: the first key made wins
+    finally:
+        os.unlink(temporary)
+
+
+def check_identity_kept(path: Path) -> None:
+    """Refuse to create an identity file on an anonymous container volume, where it would not outlive the
+    container (an existing file is read wherever it is: a restarted container keeps its anonymous volume)."""
+    volume = anonymous_volume(path.expanduser().resolve().parent)
+    if volume is not None:
+        raise IdentityError(
+            f"{path}: {volume} is an anonymous volume (the container was started without a volume for it): an "
+            f"identity made there is lost with the container, and the node would come back with a new peer id. "
+            f"Give it a named volume or a host folder, e.g. docker run -v ftis-identity:{volume} ...")
 
 
 def signing_key(path: Path) -> RSAPrivateKey:
