@@ -163,3 +163,19 @@ def test_an_identity_file_is_never_replaced_once_there(tmp_path, monkeypatch):
     identity_module._create_identity(key)  # as a process that found no file a moment earlier would
     assert key.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["node.key"]
+
+
+def test_without_hard_links_the_key_is_created_exclusively(tmp_path, monkeypatch):
+    def no_links(*_args, **_kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    key = ensure_identity(tmp_path / "node.key")
+    before = key.read_bytes()
+    assert stat.S_IMODE(key.stat().st_mode) == 0o400 and len(before) > 1000
+    assert ensure_identity(key).read_bytes() == before
+    from ftis.node.swarm import identity as identity_module
+
+    identity_module._create_identity(key)  # a second creator finds the file there and keeps it
+    assert key.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["node.key"]

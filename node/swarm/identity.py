@@ -5,7 +5,6 @@ The file is hivemind's own identity format (a libp2p protobuf holding an RSA pri
 on first use with owner-only permissions. Without a file, a node gets a fresh identity per run.
 """
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -54,17 +53,32 @@ def _create_identity(path: Path) -> None:
     """A new RSA key in hivemind's identity format, written to a private temporary file beside ``path`` and
     linked to ``path`` only if no file is there yet: a key someone else made in the meantime is kept."""
     key = crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes())
+    data = key.SerializeToString()
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(key.SerializeToString())
+            file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o400)
-        with contextlib.suppress(FileExistsError):
+        try:
             os.link(temporary, path)  # never replaces: the first key made wins
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: an exclusive create, which also never replaces
+            _create_exclusive(path, data)
     finally:
         os.unlink(temporary)
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` unless a file is there already (a reader may see it before it is whole)."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    except FileExistsError:
+        return
+    with os.fdopen(handle, "wb") as file:
+        file.write(data)
 
 
 def check_identity_kept(path: Path) -> None:
