@@ -78,12 +78,23 @@ model = { name = "tiny-small", adapter = "lora", lora_rank = 4, lora_alpha = 8.0
 NODES = ("small", "medium", "small-lora")
 
 
-@pytest.fixture
-def demo_args(tmp_path, monkeypatch):
+def _demo_args(tmp_path, monkeypatch, config_text: str) -> list[str]:
     monkeypatch.setenv("FTIS_CACHE", str(tmp_path / "cache"))  # the subprocesses inherit it
     config = tmp_path / "demo.toml"
-    config.write_text(TEST_DEMO)
+    config.write_text(config_text)
     return ["demo", "--config", str(config), "--out", str(tmp_path / "out")]
+
+
+@pytest.fixture
+def demo_args(tmp_path, monkeypatch):
+    return _demo_args(tmp_path, monkeypatch, TEST_DEMO)
+
+
+@pytest.fixture
+def cold_demo_args(tmp_path, monkeypatch):
+    """The same demo without warm starts (their subprocesses are ~10 s of a short demo): stopping needs none."""
+    assert TEST_DEMO.count("\nsteps = 3\n") == 1
+    return _demo_args(tmp_path, monkeypatch, TEST_DEMO.replace("\nsteps = 3\n", "\nsteps = 0\n"))
 
 
 def started_pids(output: str) -> list[int]:
@@ -150,8 +161,8 @@ def test_short_demo_with_solo_baseline_runs_to_a_summary_and_a_plot(demo_args, t
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_or_sigterm_stops_every_process_it_started(demo_args, signum):
-    demo = CliProcess(*demo_args, "--rounds", "10000", "--dashboard")
+def test_ctrl_c_or_sigterm_stops_every_process_it_started(cold_demo_args, signum):
+    demo = CliProcess(*cold_demo_args, "--rounds", "10000", "--dashboard")
     try:
         url = re.search(r"http://\S+/", demo.wait_for(lambda line: line.startswith("dashboard (pid "), timeout=180))[0]
         demo.wait_for(lambda line: re.match(r"small-lora +round +1 ", line) is not None, timeout=180)
@@ -183,8 +194,8 @@ def assert_dashboard_shows_the_demo(url: str) -> None:
         time.sleep(0.5)
 
 
-def test_a_node_that_dies_stops_the_demo_which_names_it(demo_args):
-    demo = CliProcess(*demo_args, "--rounds", "10000")
+def test_a_node_that_dies_stops_the_demo_which_names_it(cold_demo_args):
+    demo = CliProcess(*cold_demo_args, "--rounds", "10000")
     try:
         line = demo.wait_for(lambda line: line.startswith("medium:") and "pid" in line, timeout=120)
         victim = int(re.search(r"pid (\d+)", line)[1])
