@@ -100,7 +100,7 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool) -> 
     begin-of-sequence token the template does not write: ``Prompter`` is the whole rule."""
     if chat:
         text = _templated(tokenizer, [{"role": "user", "content": text}])
-    return _encode(tokenizer, text, None)
+    return _encode(tokenizer, [text], None)[0]
 
 
 def renderings(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[np.ndarray, ...]:
@@ -159,8 +159,12 @@ class Prompter:
 
     def ids(self, problem: Problem) -> np.ndarray:
         """The int64 ids the model conditions on for ``problem``."""
-        return _encode(self.tokenizer, self.text(problem), getattr(self.tokenizer, "bos_token_id", None) if self.bos
-                       else None)
+        return self.many_ids([problem])[0]
+
+    def many_ids(self, problems: list[Problem]) -> list[np.ndarray]:
+        """``ids`` of each of ``problems``, in one call of the tokenizer."""
+        bos = getattr(self.tokenizer, "bos_token_id", None) if self.bos else None
+        return _encode(self.tokenizer, [self.text(problem) for problem in problems], bos)
 
     def renderings(self, problem: Problem) -> tuple[np.ndarray, ...]:
         """Every form of ``problem``'s prompt a peer of this tokenizer may condition on (module docstring)."""
@@ -168,7 +172,7 @@ class Prompter:
         bos = self.tokenizer.bos_token_id
         found: list[np.ndarray] = []
         for chat in forms:
-            ids = _encode(self.tokenizer, self.text(problem, chat=chat), None)
+            ids = _encode(self.tokenizer, [self.text(problem, chat=chat)], None)[0]
             with_bos = ids if bos is None or ids[0] == bos else np.concatenate([[bos], ids]).astype(np.int64)
             for form in (ids, with_bos):
                 if not any(np.array_equal(form, other) for other in found):
@@ -204,14 +208,16 @@ def _templated(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]
     return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str, bos: int | None) -> np.ndarray:
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], bos: int | None) -> list[np.ndarray]:
     # A rendered template already holds its special tokens (a BOS where the template writes one).
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ValueError("the prompt is empty after tokenization")
-    if bos is not None and ids[0] != bos:
-        ids = [bos, *ids]
-    return np.asarray(ids, dtype=np.int64)
+    encoded = []
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        if not ids:
+            raise ValueError("the prompt is empty after tokenization")
+        if bos is not None and ids[0] != bos:
+            ids = [bos, *ids]
+        encoded.append(np.asarray(ids, dtype=np.int64))
+    return encoded
 
 
 def policy_prompter(policy: Any, task: Task, *, chat_template: ChatTemplate, bos: BosSetting,

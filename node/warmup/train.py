@@ -43,7 +43,7 @@ from ftis.node.generation.hf import greedy
 from ftis.node.models import Policy
 from ftis.node.tasks import ArithmeticTask, Problem
 from ftis.node.tasks.eval_set import fixed_problems
-from ftis.node.warmup.data import Batch, collate, encode_example
+from ftis.node.warmup.data import Batch, ExampleEncoder, collate
 
 _DATA_STREAM = 2  # numpy seed stream [seed, 2]: the node's own sampling uses [seed, 1]
 _EXTRA_EVAL_TOKENS = 8  # greedy may run this far past the longest target, so a model that never stops fails
@@ -107,7 +107,7 @@ def greedy_accuracy(policy: Policy, task: ArithmeticTask, problems: int, batch_s
     greedy completion the task rewards."""
     tokenizer = policy.tokenizer
     held_out = fixed_problems(task, split, problems)
-    examples = [encode_example(task, problem, tokenizer) for problem in held_out]
+    examples = ExampleEncoder(task, tokenizer)(held_out)
     longest = max(len(example.target_ids) for example in examples)
     completions = greedy(
         policy.model, [np.array(e.prompt_ids, dtype=np.int64) for e in examples], longest + _EXTRA_EVAL_TOKENS,
@@ -155,6 +155,7 @@ def supervised_warmup(
     model, tokenizer = policy.model, policy.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     accuracy_before = greedy_accuracy(policy, task, plan.eval_problems)
+    encode = ExampleEncoder(task, tokenizer)
     rng = np.random.default_rng([seed, _DATA_STREAM])
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=plan.learning_rate, weight_decay=0.0)
     losses: list[float] = []
@@ -163,7 +164,7 @@ def supervised_warmup(
     model.train()
     started = time.perf_counter()
     for step in range(plan.steps):
-        examples = [encode_example(task, problem, tokenizer) for problem in training_problems(task, plan, rng)]
+        examples = encode(training_problems(task, plan, rng))
         batch = collate(examples, pad_id)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(plan, step)
