@@ -10,7 +10,7 @@ same run with a learning rate of 1e-12 (the weights barely move): it must fail b
 that the margins separate learning from luck. A change that stops learning (a sign flipped in the loss,
 advantages zeroed, the optimizer step skipped) turns this red.
 
-The warm start is trained here (about 30 s, cached in a temporary folder for the module).
+The warm start is trained here (about 50 s on one thread, cached in a temporary folder for the module).
 """
 
 import importlib
