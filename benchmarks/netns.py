@@ -13,10 +13,12 @@ the machine's own: all traffic stays on the namespaces' addresses.
 ``with Nat() as nat:`` builds it and always tears it down (the processes started in it with
 ``nat.popen`` are killed first, then the namespaces deleted, which deletes their veths). The names
 carry this process's pid (``ftisnat-<pid>-public``), so a run killed before its teardown is cleaned up
-by the next one (``remove_leftovers``: namespaces whose pid is no longer alive), and two runs at once
-do not meet. ``cannot_build()`` says why this machine cannot build it (not root, no ``ip`` or
-``iptables``), or ``None``: a test then skips with that reason (unless ``FTIS_REQUIRE_NETNS=1``), a
-benchmark prints it and exits nonzero.
+by the next one (``remove_leftovers``: namespaces whose pid is no longer alive). One topology is built at a
+time on a machine: a second ``Nat()`` waits for the first's teardown (a lock file), because two at once,
+each with its bootstrap, peers and ``p2pd`` daemons on two cores, made the timing-bound NAT tests fail now
+and then (the relay-limits and UPnP tests, each once in a few runs on two test workers).
+``cannot_build()`` says why this machine cannot build it (not root, no ``ip`` or ``iptables``), or ``None``:
+a test then skips with that reason (unless ``FTIS_REQUIRE_NETNS=1``), a benchmark prints it and exits nonzero.
 
 ``with Miniupnpd(nat, directory) as router:`` makes the router a UPnP-IGD and NAT-PMP gateway for "home":
 Debian's ``miniupnpd`` (package ``miniupnpd-iptables``) runs in "router" with a configuration written to
@@ -27,16 +29,19 @@ here. ``cannot_run_miniupnpd()`` says why it cannot run here, or ``None``.
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 PREFIX = "ftisnat-"
+LOCK_PATH = os.path.join(tempfile.gettempdir(), "ftisnat.lock")  # held while a topology stands
 PUBLIC_IP, ROUTER_PUBLIC_IP, ROUTER_HOME_IP, HOME_IP = "11.77.1.1", "11.77.1.2", "10.77.2.1", "10.77.2.2"
 HOME_NET = "10.77.2.0/24"
 _COMMAND_TIMEOUT_S = 10.0  # one ip/iptables command
@@ -125,8 +130,11 @@ class Nat:
         tag = f"{PREFIX}{os.getpid()}"
         self.public, self.router, self.home = f"{tag}-public", f"{tag}-router", f"{tag}-home"
         self._processes: list[subprocess.Popen] = []
+        self._lock: int | None = None
 
     def __enter__(self) -> "Nat":
+        self._lock = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # released at close, or by the kernel if this process dies
         remove_leftovers()
         try:
             self._build()
@@ -184,6 +192,9 @@ class Nat:
                 process.wait(_KILL_GRACE_S)
         for name in (self.home, self.router, self.public):
             _delete(name)  # SIGKILLs what is left inside (a DHT child, a p2pd), then deletes namespace and veths
+        if self._lock is not None:
+            os.close(self._lock)  # the next topology may be built
+            self._lock = None
 
 
 MINIUPNPD_CONFIG = """\
