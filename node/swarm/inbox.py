@@ -54,6 +54,10 @@ BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key t
 # problems in front of a prompt that is not that problem's.
 PROMPT_MISMATCH = "prompt_mismatch"
 NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradient not finite (the step was refused)
+# ...or a group holds a completion longer than this node samples itself (``generation.max_new_tokens``): never
+# trained on, whatever it costs its peer to send (``intake/admission.py``), once a batch
+TOO_LONG = "too_long"
+SCORING_FAILED = "scoring_failed"  # ...or scoring or rebuilding one of its groups raised: that group is unusable
 # Rounds mode: a live peer the node waited for had delivered no batch of the round by the deadline. Counted
 # against it at the weight of a failed fetch (a slow link may be to blame).
 MISSED_ROUND = "missed_round"
@@ -74,7 +78,7 @@ OTHER_PEERS = "(other peers)"
 # Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
 # network may be at fault); the other reasons say nothing about the peer.
 PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT, PROMPT_MISMATCH,
-                         NONFINITE})
+                         NONFINITE, TOO_LONG, SCORING_FAILED})
 
 
 @dataclass(frozen=True)
