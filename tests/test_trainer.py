@@ -78,20 +78,43 @@ def test_packed_logprobs_equal_each_sequence_alone(temperature, shared_prompts):
 
 
 @pytest.mark.parametrize("shared_prompts", [False, True])
-def test_micro_batches_hold_whole_groups_within_the_token_bound(shared_prompts):
+def test_micro_batches_hold_whole_groups_within_the_token_bound_and_split_only_those_too_large(shared_prompts):
     rng = np.random.default_rng(1)
-    groups = [make_group(rng, f"g{k}", [1.0, 0.0], prompt_length=4) for k in range(5)]
+    groups = [dataclasses.replace(group, advantages=np.linspace(-1, 1, group.size))
+              for group in (make_group(rng, f"g{k}", [1.0, 0.0, 1.0, 0.0], prompt_length=4) for k in range(5))]
     chunks = [micro.groups for micro in micro_batches(advantage_groups(groups), 30, shared_prompts)]
-    assert [g for chunk in chunks for g in chunk] == groups
     for chunk in chunks:
-        assert len(chunk) == 1 or padded_tokens(chunk, shared_prompts) <= 30
         rows = sum(g.size for g in chunk)
+        assert rows == 1 or padded_tokens(chunk, shared_prompts) <= 30  # a single row longer than the bound: alone
         width = max(len(g.prompt_ids) + int(g.completions.lengths.max()) for g in chunk)
         assert padded_tokens(chunk, shared_prompts=False) == rows * width  # one row per completion, prompt included
+    # every completion once, in order, with its own ids, reward and advantage, whole groups kept whole where they fit
+    assert _rows(g for chunk in chunks for g in chunk) == _rows(groups)
+    for group in groups:
+        if padded_tokens([group], shared_prompts) <= 30:
+            assert any(any(g is group for g in chunk) for chunk in chunks)
     alone = micro_batches(advantage_groups(groups), 1, shared_prompts)
-    assert [micro.groups for micro in alone] == [[g] for g in groups]
+    assert all(sum(g.size for g in micro.groups) == 1 for micro in alone)  # nothing fits: a row a pass
+    assert _rows(g for micro in alone for g in micro.groups) == _rows(groups)
     if shared_prompts:  # the prompts count once: fewer micro-batches than one row per completion needs
         assert len(chunks) < len(micro_batches(advantage_groups(groups), 30, shared_prompts=False))
+
+
+def test_a_group_too_large_for_a_pass_is_split_only_with_its_advantages():
+    group = make_group(np.random.default_rng(2), "big", [1.0, 0.0, 1.0, 0.0], prompt_length=4)
+    with pytest.raises(ValueError, match="advantages"):
+        micro_batches([[group]], 1)
+
+
+def _rows(groups) -> list[tuple]:
+    """Each completion of ``groups``: (group id, its ids, reward, advantage)."""
+    rows = []
+    for group in groups:
+        ends = np.cumsum(group.completions.lengths)
+        for c, end in enumerate(ends.tolist()):
+            ids = group.completions.token_ids[end - int(group.completions.lengths[c]) : end]
+            rows.append((group.group_id, tuple(ids.tolist()), float(group.rewards[c]), float(group.advantages[c])))
+    return rows
 
 
 def captured_gradients(max_tokens: int, lora: bool = False, **settings) -> list[torch.Tensor]:

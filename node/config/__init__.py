@@ -351,6 +351,12 @@ class MixConfig(Section):
     max_peer_share: float = Field(0.5, gt=0, le=1, description="At most this share of max_peer_groups (rounded up) "
                                   "from one peer, however few others sent groups: one identity never makes up "
                                   "most of a step's peer groups.")
+    max_scoring_s: float = Field(
+        10.0, gt=0, le=MAX_SECONDS,
+        description="The most seconds a step spends scoring its peers' groups (rewards, texts rebuilt in this node's "
+        "tokens): the groups left once it is spent are not scored this step, so a task whose check is slow "
+        "(MATH-500's math_verify, up to 5 s a completion) never makes a round wait on its peers. What a step takes "
+        "from peers is bounded from the settings as well: docs/swarm.md, \"Hostile peers\".")
 
 
 class EvalConfig(Section):

@@ -49,7 +49,8 @@ class VerticalGrouping:
 
     def _select(self, peers: list[DatedGroup], vertical: bool) -> list[DatedGroup]:
         mix = self.config.mix
-        return select_peer_groups(peers, mix.max_peer_groups, vertical=vertical, share=mix.max_peer_share)
+        return select_peer_groups(peers, mix.max_peer_groups, vertical=vertical, share=mix.max_peer_share,
+                                  max_completions=mix.max_peer_groups * self.config.generation.group_size)
 
 
 class HorizontalGrouping(VerticalGrouping):

@@ -3,16 +3,21 @@
     intake.take_early(decode_ahead)        # with helper threads: before generating, decode what has arrived
     intake.texts_ready()                   # ...and wait for it once the generator is done (one tokenizer user)
     collected = intake.collect(round_)     # the peers' batches for this step (rounds mode: waits for them)
-    peers = intake.score(collected)        # scored with this node's task: usable groups, dated for the mix
+    peers = intake.score(collected)        # admitted, then scored with this node's task: usable groups, dated
     grouped = intake.groups(own, peers)    # the fair mix, merged with the own groups (grouping.py)
     intake.judge(step, peers)              # what the step found of each peer, charged to its score
 
-Each batch is scored with this node's task (``scoring.score_batch``): a group in this node's tokens keeps its
-ids and log-probs, one of another tokenizer is rebuilt from its texts (``text_groups.py``); a peer whose
-prompts are not their problems' is charged once a batch. The usable groups are dated for the mix by when
-their batch was made, as this node ranks it (``_freshness``).
+Every batch passes the door first (``admission.py``): its groups cut to those within this node's bounds and
+the step's budget, before any work per token (decoding ahead included); a batch holding a completion longer than
+this node samples is charged once (``TOO_LONG``). Each batch is then scored with this node's task
+(``scoring.score_batch``), within the step's time for it (``mix.max_scoring_s``): a group in this node's tokens
+keeps its ids and log-probs, one of another tokenizer is rebuilt from its texts (``text_groups.py``); a peer whose
+prompts are not their problems' is charged once a batch, and so is one with a group whose scoring raised
+(``SCORING_FAILED``: nothing a peer sends ends a round). The usable groups are dated for the mix by when their batch
+was made, as this node ranks it (``_freshness``).
 """
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -21,12 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ftis.node.config import NodeConfig
+from ftis.node.intake.admission import Admission, AdmissionLimits, StepBudget
 from ftis.node.intake.grouping import GROUPINGS, Grouped
 from ftis.node.intake.peer_selection import DatedGroup
 from ftis.node.intake.rounds_barrier import RoundsBarrier
 from ftis.node.intake.scoring import Texts, batch_key, score_batch
 from ftis.node.intake.text_groups import Retokenizer
-from ftis.node.swarm.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH
+from ftis.node.swarm.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH, SCORING_FAILED, TOO_LONG
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Task
 from ftis.node.tasks.prompts import Prompter
@@ -47,6 +53,7 @@ class PeerGroups:
     unusable: int
     batches_by_peer: dict[str, int]  # the peers' batches this step draws on (for their scores)
     use: dict[str, str]  # how each peer's groups of this round are trained: "token", "sequence" or "none"
+    unscored: int = 0  # groups not scored: past the step's budget (admission.py) or its time for scoring
 
 
 @dataclass(frozen=True)
@@ -77,13 +84,17 @@ class Intake:
         self._barrier = RoundsBarrier(config, transport, fingerprint)
         self._peer_use: OrderedDict[str, str] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers' last use
         self._early: list[ReceivedBatch] = []  # taken before generating, trained on first
+        self._admission = Admission(AdmissionLimits.of(config), fingerprint)
+        self._budget: StepBudget | None = None  # the step's, from its first batch admitted to its scoring
+        self._admitted: set[int] = set()  # the batches (``id``) admitted early this step
+        self._unscored = 0  # ...and the groups its budget left out so far
         self._decoding: Future[Texts] | None = None
         self._texts: Texts = {}
 
     def take_early(self, decode_ahead: DecodeAhead) -> None:
         """Take the peers' batches that have arrived, and decode those in this node's tokens with
         ``decode_ahead`` while the generator runs (the round's step trains on them first)."""
-        self._early = self.transport.receive()
+        self._early = self._admit(self.transport.receive())
         own_ids = [item for item in self._early if item.batch.tokenizer.fingerprint == self._fingerprint]
         self._decoding = decode_ahead(own_ids, self._tokenizer, self._embedding_rows) if own_ids else None
 
@@ -105,18 +116,27 @@ class Intake:
         """Each collected batch scored with this node's task: its usable groups, dated for the mix."""
         config = self.config
         texts, self._texts = self._texts, {}
+        early = set(self._admitted)  # admitted by take_early; the rest pass the door now
+        fresh = self._admit([item for item in collected.received if id(item) not in early])
+        received = iter(fresh)
+        admitted = [item if id(item) in early else next(received) for item in collected.received]
+        unscored, self._unscored, self._budget, self._admitted = self._unscored, 0, None, set()  # the step's door shuts
+        deadline = time.monotonic() + config.mix.max_scoring_s
         candidates: list[DatedGroup] = []
         rewards: list[float] = []
         unusable = 0
         batches_by_peer: dict[str, int] = {}
         use: dict[str, str] = {}
-        for item in collected.received:
+        for item in admitted:
             scored = score_batch(item.batch, self.task, self._tokenizer,
                                  trust_peer_answers=config.task.trust_peer_answers, off_policy=True,
                                  vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
                                  split=config.task.split, fingerprint=self._fingerprint,
                                  retokenizer=self._retokenizer, prompter=self.prompter,
-                                 per_sequence=config.loss.same_tokenizer_weights == "sequence")
+                                 per_sequence=config.loss.same_tokenizer_weights == "sequence", deadline=deadline)
+            unscored += scored.unscored
+            if scored.failed:
+                self.transport.report_fault(item.peer_id, SCORING_FAILED)
             if scored.groups:
                 use[item.peer_id] = "sequence" if scored.per_sequence else "token"
             else:
@@ -127,7 +147,19 @@ class Intake:
             batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
             rewards += scored.rewards
             unusable += scored.unusable
-        return PeerGroups(candidates, rewards, unusable, batches_by_peer, use)
+        return PeerGroups(candidates, rewards, unusable, batches_by_peer, use, unscored)
+
+    def _admit(self, received: list[ReceivedBatch]) -> list[ReceivedBatch]:
+        """``received`` through the door (``admission.py``), charged to this step's budget; a batch holding a
+        completion too long for this node charges its peer."""
+        if self._budget is None:
+            self._budget = self._admission.budget()
+        admitted = self._admission.admit(received, self._budget)
+        for peer in admitted.too_long:
+            self.transport.report_fault(peer, TOO_LONG)
+        self._unscored += admitted.unscored
+        self._admitted.update(id(item) for item in admitted.received)
+        return admitted.received
 
     def groups(self, own: list[TrainingGroup], peers: PeerGroups) -> Grouped:
         """The step's groups: ``own`` first, then the peers' groups the mix chooses (``grouping.py``)."""

@@ -18,6 +18,7 @@ into the held-out split would train the node on its own evaluation set. A group 
 one of this node's problems: its prompt is rendered here from this node's copy, so the gold answer is never
 the peer's for a question this node cannot see."""
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,84 +48,111 @@ def batch_key(item: ReceivedBatch) -> BatchKey:
 @dataclass(frozen=True)
 class Scored:
     groups: list[TrainingGroup]  # usable groups, rewards recomputed
-    unusable: int  # groups without a gold answer this node trusts, with ids outside its vocabulary, or mismatched
+    unusable: int  # groups without a gold answer this node trusts, with ids outside its vocabulary, mismatched, or
+    #                whose scoring failed
     rewards: list[float]  # every scored completion's reward, for metrics
     mismatched: int = 0  # ...of them: groups naming one of this node's problems in front of another prompt
     per_sequence: bool = False  # another tokenizer's batch: its usable groups are this node's tokens of its texts
+    failed: int = 0  # ...groups whose scoring raised (the peer is charged: a peer's group never ends a round)
+    unscored: int = 0  # groups not scored: the step's time for scoring was spent (``deadline``)
+
+
+UNUSABLE, MISMATCHED = "unusable", "mismatched"  # why a group is not trained on
 
 
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizerBase", *, trust_peer_answers: bool,
                 off_policy: bool, vocab_size: int | None = None,
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None,
                 fingerprint: str | None = None, retokenizer: Retokenizer | None = None,
-                per_sequence: bool = False, prompter: Prompter | None = None) -> Scored:
+                per_sequence: bool = False, prompter: Prompter | None = None,
+                deadline: float | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
     node's tokenizer's; a batch of another is rebuilt by ``retokenizer`` (None: such a batch is unusable), and
     None takes every batch as this node's tokenizer's. ``per_sequence``: groups of this node's tokenizer are trained
     per sequence too (``[loss] same_tokenizer_weights``, an ablation). ``prompter``: how this node renders its
-    prompts, whose ``renderings`` a group's prompt must be one of (None: one-turn prompts, raw or in the template)."""
-    if fingerprint is not None and batch.tokenizer.fingerprint != fingerprint:
-        return _score_other_tokenizer(batch, task, trust_peer_answers, off_policy, split, retokenizer)
-    groups, rewards, unusable, mismatched = [], [], 0, 0
-    limit = _id_limit(batch, vocab_size)
-    prompter = prompter if prompter is not None and prompter.task is task else Prompter.build(tokenizer, task)
+    prompts, whose ``renderings`` a group's prompt must be one of (None: one-turn prompts, raw or in the template).
+    ``deadline``: a ``time.monotonic()`` past which the groups left are not scored (None: every group is).
+
+    Whatever a group holds, scoring it never raises: a group whose scoring fails (a reward function's error on a
+    peer's text, say) is unusable and counted in ``failed``."""
+    other = fingerprint is not None and batch.tokenizer.fingerprint != fingerprint
+    if other:
+        def one(g: int, group: Group) -> TrainingGroup | str:
+            return _other_tokenizer_group(batch, group, task, trust_peer_answers, off_policy, split, retokenizer)
+    else:
+        limit = _id_limit(batch, vocab_size)
+        prompter = prompter if prompter is not None and prompter.task is task else Prompter.build(tokenizer, task)
+
+        def one(g: int, group: Group) -> TrainingGroup | str:
+            decoded = texts[g] if texts is not None else None
+            return _own_tokenizer_group(batch, group, task, tokenizer, trust_peer_answers, off_policy, limit, split,
+                                        prompter, decoded, per_sequence)
+    groups, rewards, counts = [], [], {UNUSABLE: 0, MISMATCHED: 0, "failed": 0, "unscored": 0}
     for g, group in enumerate(batch.groups):
-        if limit is not None and not _within_vocabulary(group, limit):
-            unusable += 1
+        if deadline is not None and time.monotonic() > deadline:
+            counts["unscored"] = len(batch.groups) - g
+            break
+        try:
+            outcome = one(g, group)
+        except Exception:  # a peer's group, whatever it holds, costs only itself
+            counts["failed"] += 1
             continue
-        ref = group.task
-        if split is not None and ref.dataset == task.name and ref.split != split:
-            unusable += 1  # one of our problems, but not one we train on (the held-out split, say)
-            continue
-        resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
-        gold = resolved.answer
-        if gold is None:
-            unusable += 1
-            continue
-        if resolved.problem is not None and not _prompt_of(group, resolved.problem, prompter):
-            unusable += 1
-            mismatched += 1
-            continue
-        columns = group.columns
-        decoded = texts[g] if texts is not None else None
-        if decoded is None:
-            decoded = decode_completions(tokenizer, columns.token_ids, columns.lengths)
-        group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
-        rewards.extend(group_rewards.tolist())
-        groups.append(_training_group(batch, group, group_rewards, off_policy,
-                                      sequence_logprobs=sampler_sums(columns) if per_sequence else None))
-    return Scored(groups, unusable, rewards, mismatched, per_sequence=per_sequence and bool(groups))
+        if isinstance(outcome, str):
+            counts[outcome] += 1
+        else:
+            groups.append(outcome)
+            rewards.extend(outcome.rewards.tolist())
+    unusable = counts[UNUSABLE] + counts[MISMATCHED] + counts["failed"]
+    return Scored(groups, unusable, rewards, counts[MISMATCHED],
+                  per_sequence=(other or per_sequence) and bool(groups), failed=counts["failed"],
+                  unscored=counts["unscored"])
 
 
-def _score_other_tokenizer(batch: RolloutBatch, task: Task, trust_peer_answers: bool, off_policy: bool,
-                           split: str | None, retokenizer: Retokenizer | None) -> Scored:
-    """A batch whose generator used another tokenizer: each group that names one of this node's problems and
-    carries texts, rebuilt in this node's tokens (``text_groups.py``) and scored on its texts."""
-    groups, rewards, unusable = [], [], 0
-    for group in batch.groups:
-        ref = group.task
-        texts = group.columns.texts
-        if retokenizer is None or texts is None or (split is not None and ref.dataset == task.name
-                                                    and ref.split != split):
-            unusable += 1
-            continue
-        resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
-        if resolved.answer is None or resolved.problem is None:  # no problem of ours: no prompt to render
-            unusable += 1
-            continue
-        gold = resolved.answer
-        group_rewards = np.array([task.reward(text, gold) for text in texts], dtype=np.float64)
-        completions = retokenizer.completions(group, group_rewards)
-        if completions is None:
-            unusable += 1
-            continue
-        rewards.extend(group_rewards.tolist())
-        rebuilt = group.replace(prompt_ids=retokenizer.prompt(task, resolved.problem))
-        groups.append(_training_group(batch, rebuilt, group_rewards, off_policy, completions=completions,
-                                      sequence_logprobs=sampler_sums(group.columns)))
-    return Scored(groups, unusable, rewards, per_sequence=True)
+def _own_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, tokenizer: "PreTrainedTokenizerBase",
+                         trust_peer_answers: bool, off_policy: bool, limit: int | None, split: str | None,
+                         prompter: Prompter, decoded: list[str] | None, per_sequence: bool) -> TrainingGroup | str:
+    """A group in this node's tokens, scored on its ids decoded here (or ``decoded``, decoded ahead)."""
+    if limit is not None and not _within_vocabulary(group, limit):
+        return UNUSABLE
+    ref = group.task
+    if split is not None and ref.dataset == task.name and ref.split != split:
+        return UNUSABLE  # one of our problems, but not one we train on (the held-out split, say)
+    resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
+    gold = resolved.answer
+    if gold is None:
+        return UNUSABLE
+    if resolved.problem is not None and not _prompt_of(group, resolved.problem, prompter):
+        return MISMATCHED
+    columns = group.columns
+    if decoded is None:
+        decoded = decode_completions(tokenizer, columns.token_ids, columns.lengths)
+    group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
+    return _training_group(batch, group, group_rewards, off_policy,
+                           sequence_logprobs=sampler_sums(columns) if per_sequence else None)
+
+
+def _other_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, trust_peer_answers: bool,
+                           off_policy: bool, split: str | None,
+                           retokenizer: Retokenizer | None) -> TrainingGroup | str:
+    """A group whose generator used another tokenizer: if it names one of this node's problems and carries texts,
+    rebuilt in this node's tokens (``text_groups.py``) and scored on its texts."""
+    ref = group.task
+    texts = group.columns.texts
+    if retokenizer is None or texts is None or (split is not None and ref.dataset == task.name
+                                                and ref.split != split):
+        return UNUSABLE
+    resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
+    if resolved.answer is None or resolved.problem is None:  # no problem of ours: no prompt to render
+        return UNUSABLE
+    group_rewards = np.array([task.reward(text, resolved.answer) for text in texts], dtype=np.float64)
+    completions = retokenizer.completions(group, group_rewards)
+    if completions is None:
+        return UNUSABLE
+    rebuilt = group.replace(prompt_ids=retokenizer.prompt(task, resolved.problem))
+    return _training_group(batch, rebuilt, group_rewards, off_policy, completions=completions,
+                           sequence_logprobs=sampler_sums(group.columns))
 
 
 def _prompt_of(group: Group, problem: Problem, prompter: Prompter) -> bool:

@@ -56,7 +56,13 @@ class ActiveCompletions:
 
 
 def active_completions(rewards: Tensor, group_ids: Tensor, off_policy: Tensor, has_tokens: Tensor,
-                       norm: AdvantageNorm) -> ActiveCompletions:
-    groups = group_advantages(rewards, group_ids, norm)
+                       norm: AdvantageNorm, advantages: Tensor | None = None) -> ActiveCompletions:
+    """``advantages``: (B,) Â computed beforehand over whole groups with reward variance (a group split across
+    micro-batches); None: computed here, over the groups ``group_ids`` names."""
+    if advantages is None:
+        groups = group_advantages(rewards, group_ids, norm)
+    else:
+        groups = GroupAdvantages(advantages.detach().to(torch.float32), torch.ones_like(has_tokens, dtype=torch.bool),
+                                 torch.zeros((), dtype=torch.int64))
     active = groups.informative & has_tokens
     return ActiveCompletions(groups.advantages, active, active & off_policy.bool(), groups.zero_variance_groups)

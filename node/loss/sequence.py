@@ -96,7 +96,7 @@ def _prepare(inputs: SequenceLossInputs, params: LossParams) -> _Sequences:
     claimed = torch.where(has_tokens, inputs.sampler_sequence_logprobs.detach().float(), 0.0)  # (B,)
     sampler = claimed / lengths.clamp(min=1)
     completions = active_completions(inputs.rewards, inputs.group_ids, inputs.off_policy, has_tokens,
-                                     params.advantage_norm)
+                                     params.advantage_norm, inputs.advantages)
     return _Sequences(
         logprobs=per_token_mean(inputs.logprobs),
         old_logprobs=old,

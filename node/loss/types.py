@@ -24,6 +24,10 @@ class LossInputs:
     group_ids: Tensor  # (B,) int64, completions with equal ids form one group
     off_policy: Tensor  # (B,) bool, the completions the filter applies to: peers' samples and this
     #                     node's stale ones (all of them when the node sets filter_local)
+    # (B,) float Â_i computed over each whole group beforehand, where a group spans several calls (a trainer splits
+    # a group too large for one forward pass): every row must then be of a group with reward variance. None:
+    # computed here from ``rewards`` and ``group_ids``.
+    advantages: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class SequenceLossInputs:
     rewards: Tensor  # (B,) float, recomputed by this (the receiving) node
     group_ids: Tensor  # (B,) int64
     off_policy: Tensor  # (B,) bool, as in LossInputs (a peer's samples always are)
+    advantages: Tensor | None = None  # (B,) as in LossInputs
 
 
 @dataclass(frozen=True)

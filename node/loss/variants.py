@@ -13,9 +13,10 @@ three choices (made once for both granularities in ``choices.py``):
 
 N counts the *active* completions: those in groups with reward variance that have at least one
 token. Completions of zero-variance groups are skipped (not counted in N); filtered completions
-stay in N with keep_i = 0 (Â_i := 0). A micro-batch must hold whole groups, since advantages are
-computed over each group; ``figures.num_sequences`` gives N so a trainer can re-weight
-micro-batches exactly. The same holds per sequence (``sequence.py``), for groups whose generator used another
+stay in N with keep_i = 0 (Â_i := 0). Advantages are computed over each group: a micro-batch holds whole groups,
+or brings each completion's advantage computed over its whole group (``LossInputs.advantages``: a trainer that
+splits a group across forward passes); ``figures.num_sequences`` gives N so a trainer can re-weight micro-batches
+exactly. The same holds per sequence (``sequence.py``), for groups whose generator used another
 tokenizer: a micro-batch holds groups of one granularity, and ``LOSS_VARIANTS`` gives each name both forms.
 """
 
@@ -66,7 +67,7 @@ def _prepare(inputs: LossInputs, params: LossParams) -> _Batch:
     old = clean(inputs.old_logprobs.detach())
     sampler = clean(inputs.sampler_logprobs.detach())
     completions = active_completions(inputs.rewards, inputs.group_ids, inputs.off_policy, mask.any(-1),
-                                     params.advantage_norm)
+                                     params.advantage_norm, inputs.advantages)
     return _Batch(
         logprobs=clean(inputs.logprobs),
         old_logprobs=old,

@@ -99,6 +99,8 @@ class RoundReport:
     peer_groups_used: int = figure(0, tag="groups/peer_used", shown=True)
     peer_groups_by_peer: dict[str, int] = figure(factory=dict, tag="groups/peer", shown=True)
     unusable_groups: int = figure(0, tag="groups/unusable")
+    # peers' groups not scored: past the step's budget, or once its time for scoring was spent (intake/admission.py)
+    unscored_groups: int = figure(0, tag="groups/unscored")
     # how this node last trained on each peer's groups: "token" (its ids), "sequence" (another tokenizer: its
     # texts in this node's tokens) or "none" (nothing usable: no task of this node's, no texts...)
     peer_use: dict[str, str] = figure(factory=dict)

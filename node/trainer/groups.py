@@ -8,9 +8,11 @@ generator's log-prob comes as one number per completion (``sequence_logprobs``; 
 A group is normally its own advantage group (vertical mode). In horizontal mode several nodes'
 groups for one shared prompt carry the same ``advantage_key`` and form one advantage group: the
 advantage of each completion is over all of them (``intake/shared_groups.py`` decides which share a key).
+The trainer computes each completion's advantage over its whole advantage group (``advantages``) before it packs
+micro-batches, so that one too large for a forward pass can be split into parts of its rows (``rows``).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +34,8 @@ class TrainingGroup:
     # when they are not this node's tokens: then ``completions`` holds this node's tokens of the texts (and no
     # per-token sampler log-probs) and the group is trained per sequence. None: per token.
     sequence_logprobs: np.ndarray | None = None
+    # (G,) float Â of each completion over its whole advantage group, once the trainer computed it; None before
+    advantages: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -50,6 +54,21 @@ class TrainingGroup:
     def num_tokens(self) -> int:
         """Prompt plus completion tokens of all its sequences: what a forward pass costs."""
         return int(self.completions.lengths.sum()) + self.size * len(self.prompt_ids)
+
+    def rows(self, start: int, stop: int) -> "TrainingGroup":
+        """The group of its completions ``start`` to ``stop`` (a part of an advantage group split across forward
+        passes: it keeps its ``advantages``, computed over the whole)."""
+        columns = self.completions
+        ends = np.cumsum(columns.lengths)
+        first, last = (int(ends[start - 1]) if start else 0), (int(ends[stop - 1]) if stop else 0)
+        texts = columns.texts
+        part = replace(columns, token_ids=columns.token_ids[first:last],
+                       sampler_logprobs=columns.sampler_logprobs[first:last], lengths=columns.lengths[start:stop],
+                       rewards=columns.rewards[start:stop], finish_reasons=columns.finish_reasons[start:stop],
+                       texts=None if texts is None else texts[start:stop])
+        return replace(self, completions=part, rewards=self.rewards[start:stop],
+                       sequence_logprobs=None if self.sequence_logprobs is None else self.sequence_logprobs[start:stop],
+                       advantages=None if self.advantages is None else self.advantages[start:stop])
 
     @property
     def informative(self) -> bool:

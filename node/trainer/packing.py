@@ -18,10 +18,14 @@ solved examples, the same for every problem of a task) are counted once more: ``
 micro-batch's tokens in the layout the trainer runs (``padded_tokens``).
 
 ``group_index`` numbers the advantage groups: one per group, except that groups sharing an ``advantage_key``
-(horizontal mode) share a number, and micro-batches keep them together. A micro-batch is trained per token or
-per sequence (``TrainingGroup.per_sequence``), never both: an advantage group holding a group of another tokenizer
-is trained per sequence whole (its groups in this node's tokens with their sampler log-probs summed), so its
-advantages stay over all of its completions.
+(horizontal mode) share a number. A micro-batch holds whole advantage groups while they fit in
+``max_tokens``; one that does not fit alone is split into parts of its rows, each a micro-batch of at most
+``max_tokens`` (a single row longer than that is a part alone: what the intake admits bounds a row), so no
+forward pass is larger than the setting allows, whatever a peer's group holds. Advantages are over each whole
+advantage group (``TrainingGroup.advantages``, computed by the trainer before it packs), so a split changes
+nothing in the loss. A micro-batch is trained per token or per sequence (``TrainingGroup.per_sequence``), never
+both: an advantage group holding a group of another tokenizer is trained per sequence whole (its groups in this
+node's tokens with their sampler log-probs summed).
 """
 
 from collections.abc import Sequence
@@ -55,6 +59,7 @@ class PackedBatch:
     off_policy: Tensor  # (B,) bool
     temperature: Tensor  # (B,) float32
     sampler_sequence_logprobs: Tensor  # (B,) float32 log π_gen(y) of each completion (``sampler_sums``)
+    advantages: Tensor | None = None  # (B,) float32 Â over each whole advantage group, where every group has them
 
 
 def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
@@ -105,6 +110,8 @@ def pack(groups: list[TrainingGroup], pad_id: int = 0) -> PackedBatch:
         temperature=torch.tensor([group.temperature for _, group, *_ in rows], dtype=torch.float32),
         sampler_sequence_logprobs=torch.from_numpy(
             np.concatenate([group.sampler_sums() for group in groups]).astype(np.float32)),
+        advantages=(torch.from_numpy(np.concatenate([group.advantages for group in groups]).astype(np.float32))
+                    if all(group.advantages is not None for group in groups) else None),
     )
 
 
@@ -162,23 +169,59 @@ class MicroBatch:
 
 def micro_batches(gathered: list[list[TrainingGroup]], max_tokens: int,
                   shared_prompts: bool = True) -> list[MicroBatch]:
-    """Runs of whole advantage groups (``gathered``, as ``groups.advantage_groups`` gives them: advantages are
-    per advantage group) of at most ``max_tokens`` padded tokens each (``padded_tokens``, in the layout named
-    by ``shared_prompts``); an advantage group larger than that forms a micro-batch alone. The advantage groups
-    trained per token come first, then those trained per sequence."""
+    """Runs of whole advantage groups (``gathered``, as ``groups.advantage_groups`` gives them) of at most
+    ``max_tokens`` padded tokens each (``padded_tokens``, in the layout named by ``shared_prompts``); an advantage
+    group larger than that alone is split into parts of its rows (``split_rows``: its groups must carry their
+    ``advantages``). The advantage groups trained per token come first, then those trained per sequence."""
     batches: list[MicroBatch] = []
     for per_sequence in (False, True):
         current: list[TrainingGroup] = []
         for together in gathered:
             if any(group.per_sequence for group in together) != per_sequence:
                 continue
-            if current and padded_tokens([*current, *together], shared_prompts) > max_tokens:
+            if current and padded_tokens([*current, *together], shared_prompts) <= max_tokens:
+                current.extend(together)
+                continue
+            if current:
                 batches.append(MicroBatch(current, per_sequence))
-                current = []
-            current.extend(together)
+            parts = ([list(together)] if padded_tokens(together, shared_prompts) <= max_tokens
+                     else split_rows(together, max_tokens, shared_prompts))
+            batches.extend(MicroBatch(part, per_sequence) for part in parts[:-1])
+            current = parts[-1]
         if current:
             batches.append(MicroBatch(current, per_sequence))
     return batches
+
+
+def split_rows(together: list[TrainingGroup], max_tokens: int,
+               shared_prompts: bool = True) -> list[list[TrainingGroup]]:
+    """One advantage group's completions, in order, in parts of as many rows as fit in ``max_tokens`` padded tokens
+    (a row that does not fit alone is a part alone). Each part is a list of groups of some of the rows
+    (``TrainingGroup.rows``), which keep the advantages computed over the whole."""
+    if any(group.advantages is None for group in together):
+        raise ValueError("an advantage group split across micro-batches needs its advantages computed over the whole")
+    parts: list[list[TrainingGroup]] = []
+    spans: list[tuple[TrainingGroup, int, int]] = []  # the part being filled: (group, first row, row after the last)
+    for group in together:
+        for row in range(group.size):
+            grown = _grown(spans, group, row)
+            if spans and padded_tokens(_rows_of(grown), shared_prompts) > max_tokens:
+                parts.append(_rows_of(spans))
+                grown = [(group, row, row + 1)]
+            spans = grown
+    parts.append(_rows_of(spans))
+    return parts
+
+
+def _grown(spans: list[tuple[TrainingGroup, int, int]], group: TrainingGroup,
+           row: int) -> list[tuple[TrainingGroup, int, int]]:
+    if spans and spans[-1][0] is group and spans[-1][2] == row:
+        return [*spans[:-1], (group, spans[-1][1], row + 1)]
+    return [*spans, (group, row, row + 1)]
+
+
+def _rows_of(spans: list[tuple[TrainingGroup, int, int]]) -> list[TrainingGroup]:
+    return [group.rows(start, stop) for group, start, stop in spans]
 
 
 def padded_tokens(groups: list[TrainingGroup], shared_prompts: bool = True) -> int:

@@ -1,8 +1,10 @@
 """One optimizer step on a round's groups: the node's own fresh groups plus its peers'.
 
-For each micro-batch of whole groups: one forward pass gives ``logprobs`` (with gradient) at the
-samplers' temperatures (each distinct prompt computed once, logits only where a completion token is predicted:
-``logprobs.py``; ``[trainer] max_tokens_per_microbatch`` bounds its tokens, ``packing.py`` counts them);
+Each completion's advantage is computed over its whole advantage group first (``_with_advantages``), so that a
+group too large for one forward pass can be split across micro-batches. For each micro-batch: one forward pass
+gives ``logprobs`` (with gradient) at the samplers' temperatures (each distinct prompt computed once, logits only
+where a completion token is predicted: ``logprobs.py``; ``[trainer] max_tokens_per_microbatch`` bounds its tokens,
+whatever a group holds, ``packing.py`` counts them);
 ``old_logprobs`` are the same values detached — the node takes exactly one
 optimizer step per round, so π_θold is the model before this step, which is the model of this
 forward pass. The chosen loss variant's value is weighted by the micro-batch's share of the
@@ -21,12 +23,16 @@ node to charge them.
 import math
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.loss import LossInputs, SequenceLossInputs, compute_loss
+from ftis.node.loss.advantages import group_advantages
+from ftis.node.loss.types import AdvantageNorm
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, rewards_vary
 from ftis.node.trainer.logprobs import completion_logprobs, shares_prompts
 from ftis.node.trainer.loss_params import loss_params
@@ -66,7 +72,8 @@ class Trainer:
     def step(self, groups: list[TrainingGroup]) -> StepFigures:
         started = time.perf_counter()
         gathered = advantage_groups(groups)
-        kept = [together for together in gathered if rewards_vary(together)]  # the advantage groups trained on
+        kept = [_with_advantages(together, self._loss.advantage_norm)  # the advantage groups trained on
+                for together in gathered if rewards_vary(together)]
         informative = [group for together in kept for group in together]
         skipped = len(gathered) - len(kept)
         total = sum(group.size for group in informative)
@@ -145,11 +152,23 @@ def _checkpoint_activations(model: Any) -> None:
         raise ValueError("gradient_checkpointing = true needs a transformers model")
 
 
+def _with_advantages(together: list[TrainingGroup], norm: AdvantageNorm) -> list[TrainingGroup]:
+    """One advantage group's groups, each with its completions' advantages over all of them (the loss's own
+    ``group_advantages``): a micro-batch may then hold only some of its rows."""
+    rewards = torch.from_numpy(np.concatenate([group.rewards for group in together]).astype(np.float64))
+    advantages = group_advantages(rewards, torch.zeros(len(rewards), dtype=torch.int64), norm).advantages.numpy()
+    ends = np.cumsum([group.size for group in together])
+    return [replace(group, advantages=advantages[end - group.size : end])
+            for group, end in zip(together, ends.tolist(), strict=True)]
+
+
 def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool) -> LossInputs | SequenceLossInputs:
     """The loss's inputs for one micro-batch: π_θold is this forward pass's values, detached (one step a round);
-    the generator's log-probs per token, or per completion (``per_sequence``)."""
+    the generator's log-probs per token, or per completion (``per_sequence``); each completion's advantage, over its
+    whole advantage group."""
     common = {"logprobs": logprobs, "old_logprobs": logprobs.detach(), "loss_mask": packed.loss_mask,
-              "rewards": packed.rewards, "group_ids": packed.group_index, "off_policy": packed.off_policy}
+              "rewards": packed.rewards, "group_ids": packed.group_index, "off_policy": packed.off_policy,
+              "advantages": packed.advantages}
     if per_sequence:
         return SequenceLossInputs(sampler_sequence_logprobs=packed.sampler_sequence_logprobs, **common)
     return LossInputs(sampler_logprobs=packed.sampler_logprobs, **common)
