@@ -173,7 +173,8 @@ class TrainerConfig(Section):
         1024, ge=1, le=MAX_BATCH_TOKENS,
         description="Tokens one forward pass computes, padding included: bounds the activations' memory "
         "(about 1.3 MiB a token for a 135M-270M model in float32). A group's prompt counts once; a micro-batch holds "
-        "whole advantage groups, so one larger than this runs alone."
+        "whole advantage groups where they fit; one larger than this is split into parts of its rows (its advantages "
+        "computed over the whole first), so no pass is larger, whatever a peer's group holds."
     )
     gradient_checkpointing: bool = Field(
         False, description="Recompute each layer's activations in the backward pass instead of keeping them: for a "
