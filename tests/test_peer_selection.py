@@ -52,3 +52,18 @@ def test_one_peer_gives_at_most_its_share_of_the_limit():
     assert len(select_peer_groups(alone, limit=5, share=0.5)) == 3  # rounded up
     both = [*alone, dated("b", 0.5)]
     assert names(select_peer_groups(both, limit=4, share=0.5)) == ["a-7.0", "b-0.5", "a-6.0"]
+
+
+def test_the_mix_is_bounded_in_completions_in_all_and_per_peer():
+    # A peer sampling 64 completions a prompt: its group would be 8 of the node's. With room for 8 completions in
+    # all and half of them per peer, its large group is passed over and the others fill the room fairly.
+    big = TrainingGroup("a-big", "a", np.array([1]), CompletionColumns(
+        np.arange(64) % 5, np.full(64, -0.1, np.float32), np.ones(64, np.int64), np.zeros(64), ("stop",) * 64),
+        np.array([1.0, 0.0] * 32), True, 1.0)
+    candidates = [DatedGroup(big, 9.0), *(dated("a", t) for t in (1.0, 2.0, 3.0)),
+                  *(dated("b", t) for t in (1.5, 2.5, 3.5))]
+    chosen = select_peer_groups(candidates, limit=32, share=0.5, max_completions=8)
+    assert "a-big" not in names(chosen)
+    assert sum(c.group.size for c in chosen) <= 8
+    assert sum(c.group.size for c in chosen if c.group.peer_id == "a") <= 4
+    assert sorted(names(chosen)) == ["a-2.0", "a-3.0", "b-2.5", "b-3.5"]

@@ -4,8 +4,9 @@ peers, freshest first.
 Peers take turns (round robin), each giving its freshest remaining group, the peer with the freshest
 group first; so one chatty peer cannot crowd out the others, and stale groups are the ones left
 over. One peer gives at most ``share`` of the limit (rounded up), even when no other peer has groups
-left. A group that would take the step past ``max_completions`` is passed over (a peer may sample more
-completions a prompt than this node: the step's work stays what this node's settings allow). Freshness is the
+left. A group that would take the step past ``max_completions``, or its peer past ``share`` of them, is passed
+over (a peer may sample more completions a prompt than this node: the step's work stays what this node's settings
+allow). Freshness is the
 batch's creation time as the caller ranks it (a batch dated after it arrived ranks as the stalest: a peer that
 dates its batches ahead gains no turn).
 
@@ -32,8 +33,8 @@ class DatedGroup:
 def select_peer_groups(candidates: list[DatedGroup], limit: int, *, vertical: bool = True,
                        share: float = 1.0, max_completions: int | None = None) -> list[DatedGroup]:
     """``vertical``: each group is its own advantage group, so one without reward variance is left out.
-    ``share``: the most of ``limit`` one peer may give (rounded up). ``max_completions``: the most completions of
-    all the chosen groups together (None: no bound)."""
+    ``share``: the most of ``limit`` one peer may give (rounded up), and of ``max_completions``. ``max_completions``:
+    the most completions of all the chosen groups together (None: no bound)."""
     by_peer: dict[str, list[DatedGroup]] = defaultdict(list)
     for candidate in candidates:
         if not vertical or rewards_vary([candidate.group]):
@@ -44,14 +45,17 @@ def select_peer_groups(candidates: list[DatedGroup], limit: int, *, vertical: bo
     queues = [sorted(queue, key=lambda c: -c.created_at)[:most] for queue in by_peer.values()]
     queues.sort(key=lambda queue: -queue[0].created_at)
     chosen: list[DatedGroup] = []
-    room = max_completions if max_completions is not None else math.inf
+    room = max_completions if max_completions is not None else math.inf  # completions left, all peers
+    rooms = [math.ceil(share * room) if max_completions is not None else math.inf for _ in queues]  # ...by peer
     turn = 0
     while len(chosen) < limit and any(queues):
-        queue = queues[turn % len(queues)]
-        if queue:
-            candidate = queue.pop(0)
-            if candidate.group.size <= room:
+        k = turn % len(queues)
+        if queues[k]:
+            candidate = queues[k].pop(0)
+            size = candidate.group.size
+            if size <= room and size <= rooms[k]:
                 chosen.append(candidate)
-                room -= candidate.group.size
+                room -= size
+                rooms[k] -= size
         turn += 1
     return chosen
