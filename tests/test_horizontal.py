@@ -19,7 +19,7 @@ from ftis.node.intake.shared_prompts import shared_group_id, shared_problems
 from ftis.node.loss import LossInputs, LossParams, compute_loss
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.trainer.groups import TrainingGroup, advantage_groups, advantage_index
-from ftis.node.trainer.packing import micro_batches, pack
+from ftis.node.trainer.packing import micro_batches, pack, padded_tokens
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import TaskRef
 from ftis.protocol.schema import CompletionColumns
@@ -127,8 +127,10 @@ def test_micro_batches_keep_an_advantage_group_whole():
     second = group(rng, [1.0, 0.0], peer="me", off_policy=False, group_id="run/0/1")
     later = [group(rng, [0.0, 1.0], peer="a", off_policy=True, group_id=gid) for gid in ("run/0/0", "run/0/1")]
     merged = merge_shared([first, second, *later])
-    # every advantage group alone
-    chunks = [micro.groups for micro in micro_batches(advantage_groups(merged.groups), max_tokens=1)]
+    # room for the larger advantage group, not for both: each alone, and whole
+    gathered = advantage_groups(merged.groups)
+    room = max(padded_tokens(together) for together in gathered)
+    chunks = [micro.groups for micro in micro_batches(gathered, max_tokens=room)]
     assert chunks == [[merged.groups[0], merged.groups[2]], [merged.groups[1], merged.groups[3]]]
     assert pack(merged.groups).group_index.tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
 
