@@ -34,7 +34,9 @@ def records(tmp_path_factory):
     temporary folder): few rounds, prompts and problems."""
     data = copy.deepcopy(poisoning.GRID)
     data.update(rounds=ROUNDS, eval_every=ROUNDS, eval_problems=4)
-    data["node"]["generation"].update(prompts_per_round=2, group_size=4)
+    # the attacker's group size: the mix takes at most max_peer_share of max_peer_groups × group_size completions
+    # from one peer, all 16 of its groups here
+    data["node"]["generation"].update(prompts_per_round=2, group_size=attack.AttackSettings().group_size)
     for spec in data["models"].values():
         spec["warmup"].update(steps=2, batch_size=4, eval_problems=4,
                               cache_dir=str(tmp_path_factory.mktemp("cache")))
