@@ -244,3 +244,22 @@ def test_a_step_that_is_not_finite_is_refused_and_its_culprit_named():
     again = trainer.step([own, bob])  # the node goes on
     assert again.trained and again.policy_version == 2
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_step_that_raises_on_a_peers_groups_is_refused_and_names_the_peer():
+    # An id this model has no embedding for (the intake refuses such groups: this is the trainer's own last line).
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, "full", LossConfig(), TrainerConfig())
+    rng = np.random.default_rng(6)
+    own = make_group(rng, "own", [1.0, 0.0])
+    bad = make_group(rng, "bad", [1.0, 0.0], off_policy=True)
+    columns = dataclasses.replace(bad.completions, token_ids=bad.completions.token_ids + VOCAB)
+    bad = dataclasses.replace(bad, peer_id="mallory", completions=columns)
+    figures = trainer.step([own, bad])
+    assert figures.refused and not figures.trained and figures.nonfinite_peers == ["mallory"]
+    assert trainer.policy_version == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert trainer.step([own]).trained  # and the next step goes on
+    with pytest.raises(IndexError):  # the node's own groups raising is a defect of its own: not hidden
+        trainer.step([dataclasses.replace(own, completions=columns)])

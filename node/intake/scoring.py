@@ -179,11 +179,18 @@ def _training_group(batch: RolloutBatch, group: Group, rewards: np.ndarray, off_
 def decode_groups(batch: RolloutBatch, tokenizer: "PreTrainedTokenizerBase",
                   vocab_size: int | None = None) -> list[list[str] | None]:
     """Each group's completion texts, as ``score_batch(..., vocab_size=vocab_size)`` would decode them; None
-    for a group it finds outside the vocabulary (never decoded)."""
+    for a group it finds outside the vocabulary (never decoded), or whose decoding raised (``score_batch`` decodes it
+    again, where a failure is the group's)."""
     limit = _id_limit(batch, vocab_size)
-    return [None if limit is not None and not _within_vocabulary(group, limit)
-            else decode_completions(tokenizer, group.columns.token_ids, group.columns.lengths)
+    return [None if limit is not None and not _within_vocabulary(group, limit) else _decoded(tokenizer, group)
             for group in batch.groups]
+
+
+def _decoded(tokenizer: "PreTrainedTokenizerBase", group: Group) -> list[str] | None:
+    try:
+        return decode_completions(tokenizer, group.columns.token_ids, group.columns.lengths)
+    except Exception:  # a peer's ids, on the decoder's thread: nothing raised here may reach the round
+        return None
 
 
 def _id_limit(batch: RolloutBatch, vocab_size: int | None) -> int | None:

@@ -53,7 +53,8 @@ BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key t
 # Found by the node once a delivered batch is scored (``report_fault``): a group names one of the node's
 # problems in front of a prompt that is not that problem's.
 PROMPT_MISMATCH = "prompt_mismatch"
-NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradient not finite (the step was refused)
+NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradient not finite, or made it raise (the
+# step was refused)
 # ...or a group holds a completion longer than this node samples itself (``generation.max_new_tokens``): never
 # trained on, whatever it costs its peer to send (``intake/admission.py``), once a batch
 TOO_LONG = "too_long"

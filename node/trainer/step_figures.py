@@ -71,8 +71,9 @@ class StepFigures:
     seconds: float = figure()  # wall time of the step
     # by the groups' peer_id: evidence for the peers' scores (swarm/reputation.py)
     filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)
-    refused: bool = figure(False, tag="train/refused", every_step=True, shown=True)  # loss or gradient not finite
-    # ...the peers whose groups alone were not finite
+    # loss or gradient not finite, or the pass raised on peers' groups
+    refused: bool = figure(False, tag="train/refused", every_step=True, shown=True)
+    # ...the peers whose groups alone were not finite, or raised
     nonfinite_peers: list[str] = figure(factory=list, shown=True)
     # tokens / seconds, made here from those two (not passed)
     tokens_per_s: float = figure(init=False, tag="throughput/train_tokens_per_s", every_step=True, shown=True)

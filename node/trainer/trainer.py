@@ -17,7 +17,10 @@ A step whose loss or gradient norm is not finite is refused: no optimizer step, 
 optimizer's moments and the policy version untouched, ``StepFigures.refused`` set. The loss bounds every
 ratio (``loss/terms.py``), so only a defect or a hostile input gets here; the refused step then re-runs each
 peer's groups alone and names the peers whose groups alone are not finite (``nonfinite_peers``), for the
-node to charge them.
+node to charge them. So is a step whose forward or backward pass raises on peers' groups (what the intake admits
+should never make it: this is the last line, so that a peer's group is never what ends a node): refused, and the
+peers whose groups alone raise are named the same way; an error that no peer's groups alone cause is this node's
+own, and is raised.
 """
 
 import math
@@ -82,9 +85,19 @@ class Trainer:
                                seconds=time.perf_counter() - started)
         params = loss_params(self._loss, step=self.policy_version)
         self.model.train()
-        sums = self._backward(kept, params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm)
-        if not (math.isfinite(sums.loss) and math.isfinite(float(grad_norm))):
+        try:
+            sums = self._backward(kept, params)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm))
+        except Exception:
+            if not any(group.off_policy and group.peer_id for group in informative):
+                raise
+            culprits = self._nonfinite_peers(kept, params)
+            self.optimizer.zero_grad(set_to_none=True)
+            if not culprits:
+                raise
+            return StepFigures(policy_version=self.policy_version, zero_variance_groups=skipped,
+                               seconds=time.perf_counter() - started, refused=True, nonfinite_peers=culprits)
+        if not (math.isfinite(sums.loss) and math.isfinite(grad_norm)):
             culprits = self._nonfinite_peers(kept, params)
             self.optimizer.zero_grad(set_to_none=True)
             return StepFigures(policy_version=self.policy_version, zero_variance_groups=skipped,
@@ -96,7 +109,7 @@ class Trainer:
         return StepFigures(
             trained=True,
             policy_version=self.policy_version,
-            grad_norm=float(grad_norm),
+            grad_norm=grad_norm,
             groups=len(kept),
             peer_groups=sum(group.off_policy for group in informative),
             sequence_groups=sum(len(together) for together in kept if any(g.per_sequence for g in together)),
@@ -124,8 +137,8 @@ class Trainer:
         return sums
 
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
-        """The peers whose advantage groups, trained on alone, give a loss or a gradient that is not finite
-        (an advantage group mixing generators, in horizontal mode, is nobody's alone)."""
+        """The peers whose advantage groups, trained on alone, give a loss or a gradient that is not finite, or
+        raise (an advantage group mixing generators, in horizontal mode, is nobody's alone)."""
         by_peer: dict[str, list[list[TrainingGroup]]] = defaultdict(list)
         for together in kept:
             generators = {group.peer_id for group in together}
@@ -133,7 +146,11 @@ class Trainer:
                 by_peer[together[0].peer_id].append(together)
         culprits = []
         for peer, gathered in sorted(by_peer.items()):
-            sums = self._backward(gathered, params)
+            try:
+                sums = self._backward(gathered, params)
+            except Exception:  # this peer's groups alone break the step
+                culprits.append(peer)
+                continue
             gradients = [p.grad for p in self.parameters if p.grad is not None]
             if not math.isfinite(sums.loss) or not all(bool(torch.isfinite(g).all()) for g in gradients):
                 culprits.append(peer)
