@@ -6,8 +6,10 @@ node for a few rounds, then a record of what happened (``result.json``, read by 
 The services are compose.yaml's own (image, command, entrypoint, volumes, network addresses), spelled as
 ``podman`` commands: Debian's podman-compose ignores ``depends_on: condition: service_healthy``, so this waits
 for the bootstrap's health check itself, as compose would. Each node gets ``--rounds`` and must exit 0 by
-itself; the bootstrap is stopped with SIGTERM and must exit 0 too. Everything is removed afterwards (the
-volumes too: a rerun starts from fresh identities).
+itself; the bootstrap is stopped with SIGTERM and must exit 0 too. What each service's volumes show a container
+is recorded as well: the key files it can see (its own only), the bootstrap's published address, and whether it
+can write the public volume (the bootstrap alone). Everything is removed afterwards (the volumes too: a rerun
+starts from fresh identities).
 """
 
 import argparse
@@ -23,6 +25,20 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "docker" / "compose.yaml"
 PROJECT = "ftis-ci"  # prefix of every container, network and volume this makes
 NODES = ("node-small", "node-medium")
+IDENTITY = "/data/identity"
+# Run in a container with a service's volumes: what it can see of the key files and of the public volume.
+PROBE = """
+import json, os
+public = "/data/public/bootstrap.maddr"
+try:
+    open("/data/public/.probe", "w").close()
+    os.unlink("/data/public/.probe")
+    writable = "yes"
+except OSError as error:
+    writable = os.strerror(error.errno)
+print(json.dumps({"keys": sorted(os.listdir("/data/identity")), "public_writable": writable,
+                  "public": open(public).read().strip() if os.path.exists(public) else None}))
+"""
 
 
 def podman(*args: str, check: bool = True, timeout: float | None = 120) -> subprocess.CompletedProcess:
@@ -32,16 +48,31 @@ def podman(*args: str, check: bool = True, timeout: float | None = 120) -> subpr
     return done
 
 
+def volume_args(service: dict) -> list[str]:
+    """``--volume`` arguments for a compose service's named volumes, with their mode (``ro``)."""
+    args = []
+    for volume in service.get("volumes", []):
+        source, target, *mode = volume.split(":")
+        options = ",".join(mode).split(",") if mode else []
+        if "ro" not in options:
+            # Docker gives a new named volume the ownership of the image's folder; podman 4.3 does not for an empty
+            # one, so ``U`` gives it to the image's user (uid 10001), as Docker would.
+            options.append("U")
+        args += ["--volume", f"{PROJECT}-{source}:{target}:{','.join(options)}"]
+    return args
+
+
+def identity_volume(service: dict) -> str:
+    """The podman name of the volume a service keeps its key file in."""
+    (source,) = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == IDENTITY]
+    return f"{PROJECT}-{source}"
+
+
 def service_args(name: str, service: dict, subnet_name: str, image: str, extra: list[str]) -> list[str]:
     """``podman run`` arguments for one compose service (detached, on the compose network at its address)."""
     args = ["run", "--detach", "--name", f"{PROJECT}-{name}", "--network", subnet_name]
     address = service["networks"]["swarm"]["ipv4_address"]
-    args += ["--ip", address]
-    for volume in service.get("volumes", []):
-        source, target = volume.split(":", 1)
-        # Docker gives a new named volume the ownership of the image's folder; podman 4.3 does not for an empty
-        # one, so ``U`` gives it to the image's user (uid 10001), as Docker would.
-        args += ["--volume", f"{PROJECT}-{source}:{target}:U"]
+    args += ["--ip", address, *volume_args(service)]
     entrypoint = service.get("entrypoint")
     if entrypoint:
         args += ["--entrypoint", json.dumps(entrypoint[:1])]
@@ -114,15 +145,17 @@ def main() -> int:
             result["services"][name] = {"exit_code": int(waited.stdout.strip().splitlines()[-1])}
             print(f"{name} exited {result['services'][name]['exit_code']}", flush=True)
         result["refusals"] = refusals(services, options.image)
+        result["views"] = {name: view(services[name], options.image) for name in ("bootstrap", *NODES)}
         podman("stop", "--time", "30", f"{PROJECT}-bootstrap", timeout=60)
         inspect = podman("inspect", "--format", "{{.State.ExitCode}}", f"{PROJECT}-bootstrap")
         result["services"]["bootstrap"] = {"exit_code": int(inspect.stdout.strip())}
-        runs = Path(podman("volume", "inspect", "--format", "{{.Mountpoint}}", f"{PROJECT}-runs").stdout.strip())
-        identity = Path(podman("volume", "inspect", "--format", "{{.Mountpoint}}",
-                               f"{PROJECT}-identity").stdout.strip())
+        runs = _mountpoint(f"{PROJECT}-runs")
         for name, folder in (("node-small", "small"), ("node-medium", "medium")):
             result["services"][name].update(node_summary(runs, folder))
-            result["services"][name]["peer_id"] = _peer_id(identity / f"{folder}.key")
+        for name in ("bootstrap", *NODES):
+            command = services[name]["command"]
+            key = Path(command[command.index("--identity") + 1]).relative_to(IDENTITY)
+            result["services"][name]["peer_id"] = _peer_id(_mountpoint(identity_volume(services[name])) / key)
         for name in ("bootstrap", *NODES):
             result["services"][name]["log_tail"] = podman("logs", "--tail", "15", f"{PROJECT}-{name}",
                                                           check=False).stdout.splitlines()[-15:]
@@ -137,6 +170,13 @@ def main() -> int:
     return 0 if codes and all(code == 0 for code in codes) else 1
 
 
+def view(service: dict, image: str) -> dict:
+    """What a container with this service's volumes sees: the key files, the bootstrap's published address, and
+    whether it can write the public volume (``yes``, or the error a write gets)."""
+    done = podman("run", "--rm", *volume_args(service), "--entrypoint", "python", image, "-c", PROBE, timeout=120)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def refusals(services: dict, image: str) -> dict:
     """Start-up errors a container user meets, each provoked once while the swarm's bootstrap runs: its port
     taken (a second bootstrap in its network namespace), a node folder on a bind mount the image's user cannot
@@ -147,7 +187,7 @@ def refusals(services: dict, image: str) -> dict:
     node = [*services["node-small"]["command"], "--rounds", "1"]
     cases = {
         "port_taken": ["--network", f"container:{PROJECT}-bootstrap", image, *bootstrap[:3]],
-        "unwritable_bind_mount": ["--volume", f"{PROJECT}-identity:/data/identity:U",
+        "unwritable_bind_mount": ["--volume", f"{identity_volume(services['node-small'])}:{IDENTITY}:U",
                                   "--volume", f"{_root_owned_folder()}:/data/runs", image, *node],
         "no_identity_volume": [image, *node],
         "no_identity_volume_bootstrap": [image, *bootstrap],
@@ -168,6 +208,10 @@ def _root_owned_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="ftis-ci-root-owned-"))
     folder.chmod(0o755)  # root's, not writable by the image's user (uid 10001)
     return folder
+
+
+def _mountpoint(volume: str) -> Path:
+    return Path(podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume).stdout.strip())
 
 
 def _peer_id(key: Path) -> str:

@@ -266,17 +266,24 @@ def identity_command(
     maddr: Annotated[str | None, typer.Option(
         "--maddr", help="Print this address with /p2p/<peer id> appended: the full multiaddr peers join with.")
     ] = None,
+    publish: Annotated[Path | None, typer.Option(
+        "--publish", help="Also write what is printed to this file, replaced whole: a public file for others to "
+                          "read (a bootstrap's address, in a volume its nodes mount read-only), never the key.")
+    ] = None,
 ) -> None:
     """Print the peer id an identity file gives (e.g. a bootstrap's, before it starts, or in a container)."""
     from hivemind.p2p import PeerID
 
-    from ftis.node.swarm.identity import ensure_identity, signing_key
+    from ftis.node.swarm.identity import ensure_identity, publish_address, signing_key
 
     with _reported():
         key_file = ensure_identity(path)
         signing_key(key_file)  # IdentityError for a file that holds no RSA identity key
         peer_id = PeerID.from_identity(key_file.read_bytes()).to_base58()
-    typer.echo(peer_id if maddr is None else f"{maddr.rstrip('/')}/p2p/{peer_id}")
+        address = peer_id if maddr is None else f"{maddr.rstrip('/')}/p2p/{peer_id}"
+        if publish is not None:
+            publish_address(publish, address)
+    typer.echo(address)
 
 
 @app.command("join")

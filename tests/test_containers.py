@@ -1,6 +1,7 @@
 """The record of a swarm of real containers (``bash .ci/containers``: the CPU image built with podman, compose.yaml's
 bootstrap and two CPU nodes run for a few rounds): every container exited cleanly, and each node trained on the
-other's groups, checkpointed and exported its model.
+other's groups, checkpointed and exported its model. Each container saw its own key file only, and the nodes read
+the bootstrap's address from the public volume, which they could not write.
 
 The record is made outside pytest (building an image takes minutes and root): without one these tests skip,
 and under ``FTIS_REQUIRE_CONTAINERS=1`` (``.ci/run`` sets it after running ``.ci/containers``) they fail instead.
@@ -53,6 +54,18 @@ def test_each_node_checkpointed_and_exported_its_model(result):
         node = result["services"][name]
         assert node["checkpoints"], (name, node)
         assert any(name.endswith(".safetensors") for name in node["export"]), (name, node)  # the weights
+
+
+def test_each_container_sees_its_own_key_only_and_the_nodes_cannot_write_the_public_address(result):
+    views, services = result["views"], result["services"]
+    bootstrap = views["bootstrap"]
+    assert bootstrap["keys"] == ["bootstrap.key"] and bootstrap["public_writable"] == "yes", bootstrap
+    assert bootstrap["public"].endswith(f"/p2p/{services['bootstrap']['peer_id']}"), bootstrap
+    for name, key in (("node-small", "small.key"), ("node-medium", "medium.key")):
+        node = views[name]
+        assert node["keys"] == [key], (name, node)
+        assert node["public"] == bootstrap["public"], (name, node)
+        assert node["public_writable"] == "Read-only file system", (name, node)
 
 
 def test_start_up_errors_in_a_container_are_said_at_once(result):

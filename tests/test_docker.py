@@ -8,9 +8,10 @@ the [vllm] extra on a CUDA base; the CPU torch pinned as .ci/run pins it), the .
 what they copy, and ``docker/compose.yaml``: every command, entrypoint prefix and health check parses as
 ``ftis-node`` would parse it (unknown options fail), a node's whole command builds a valid config (the
 example file it names exists), identities and node folders land in the declared volumes, listening ports
-are published, announced addresses are the services' own, and nodes join the bootstrap's address and key.
-Also ``ftis-node identity``, which the compose file uses to learn the bootstrap's peer id. Hadolint lints
-the Dockerfiles in .ci/run (and here, when the binary is installed).
+are published, announced addresses are the services' own, and nodes join the address the bootstrap publishes
+from its key (tests/test_compose_keys.py: no service sees another's key). Also ``ftis-node identity``, which
+the bootstrap's entrypoint uses to publish that address. Hadolint lints the Dockerfiles in .ci/run (and here,
+when the binary is installed).
 """
 
 import ipaddress
@@ -30,6 +31,7 @@ from ftis.node.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 VOLUMES = {"/data/runs", "/data/identity", "/cache"}
+PUBLIC = "/data/public"  # compose's volume of public files (the bootstrap's address); not an image VOLUME
 APP = PurePosixPath("/app")  # where the images put the repository's files
 PEER_ID = "QmaQFoyEUEcHreApQ8KJ3iZ2Mbua6oLesGwj17BpDbTcqm"  # any well-formed one, for parsing
 
@@ -154,20 +156,26 @@ def test_hadolint_passes():
 
 
 def ftis_invocations(text: str, positional: list[str] | None = None) -> list[list[str]]:
-    """The ``ftis-node ...`` commands inside a compose shell string: the ``$$( ... )`` substitutions, then the
-    main one, whose ``"$$@"`` (the entrypoint script's arguments) stands for ``positional``."""
+    """The ``ftis-node ...`` commands of a compose shell string, in order, each ``&&``-joined one after the
+    ``$$( ... )`` substitutions it holds; a substitution's output stands as a well-formed multiaddr, and
+    ``"$$@"`` (the entrypoint script's arguments) for ``positional``."""
     text = text.replace("$$", "$")
-    inner = re.findall(r"\$\((ftis-node [^)]*)\)", text)
-    outer = re.sub(r'"?\$\((ftis-node [^)]*)\)"?', f"/ip4/127.0.0.1/tcp/1/p2p/{PEER_ID}", text)
-    found = [shlex.split(command)[1:] for command in inner]
-    words = shlex.split(outer)
-    if "ftis-node" in words:
-        main = words[words.index("ftis-node") + 1 :]
-        if "$@" in main:
-            at = main.index("$@")
-            main[at : at + 1] = positional or []
-        found.append(main)
+    found = [shlex.split(command)[1:] for command in re.findall(r"\$\((ftis-node [^)]*)\)", text)]
+    outer = re.sub(r'"?\$\(([^)]*)\)"?', f"/ip4/127.0.0.1/tcp/1/p2p/{PEER_ID}", text)
+    for command in outer.split("&&"):
+        words = shlex.split(command)
+        if "ftis-node" in words:
+            main = words[words.index("ftis-node") + 1 :]
+            if "$@" in main:
+                at = main.index("$@")
+                main[at : at + 1] = positional or []
+            found.append(main)
     return [[w for w in words if w not in (">", "/dev/null")] for words in found]
+
+
+def files_read(text: str) -> list[str]:
+    """The files a compose shell string reads with ``$$(cat FILE)``."""
+    return re.findall(r"\$\$\(cat ([^)]*)\)", text)
 
 
 def assert_parses(args: list[str]) -> None:
@@ -194,7 +202,7 @@ def test_compose_has_a_bootstrap_and_two_nodes_on_one_network(compose):
     for name, service in services.items():
         dockerfile = ROOT / service["build"]["dockerfile"]
         assert (DOCKER / service["build"]["context"]).resolve() == ROOT and dockerfile.is_file(), name
-        assert {volume.split(":")[1] for volume in service["volumes"]} <= VOLUMES, name
+        assert {volume.split(":")[1] for volume in service["volumes"]} <= VOLUMES | {PUBLIC}, name
         assert set(compose["volumes"]) >= {volume.split(":")[0] for volume in service["volumes"]}
 
 
@@ -218,18 +226,23 @@ def test_the_bootstrap_is_reachable_where_nodes_and_the_health_check_look(compos
     (listen,) = option(args, "--host-maddrs")
     port = listen.rsplit("/", 1)[1]
     assert f"{port}:{port}" in bootstrap["ports"]
-    assert option(args, "--announce-maddrs") == [f"/ip4/{service_ip(bootstrap)}/tcp/{port}"]
+    (announced,) = option(args, "--announce-maddrs")
+    assert announced == f"/ip4/{service_ip(bootstrap)}/tcp/{port}"
     (key,) = option(args, "--identity")
     assert PurePosixPath("/data/identity") in PurePosixPath(key).parents
+    publishing, running = ftis_invocations(bootstrap["entrypoint"][2], args)  # its address first, from its key
+    (public,) = option(publishing, "--publish")
+    assert publishing == ["identity", "--maddr", announced, "--publish", public, key] and running == args
+    assert PurePosixPath(PUBLIC) in PurePosixPath(public).parents
     (check,) = bootstrap["healthcheck"]["test"][1:]
-    status, identity = ftis_invocations(check)[1], ftis_invocations(check)[0]
+    (status,) = ftis_invocations(check)
     assert status[0] == "status" and option(status, "--run-id") == option(args, "--run-id")
-    assert identity == ["identity", "--maddr", f"/ip4/127.0.0.1/tcp/{port}", key]
+    assert files_read(check) == [public] and "--peer" in status
     for name, service in services.items():
         if name == "bootstrap":
             continue
-        (lookup, joining) = ftis_invocations(service["entrypoint"][2], service["command"])
-        assert lookup == ["identity", "--maddr", f"/ip4/{service_ip(bootstrap)}/tcp/{port}", key], name
+        (joining,) = ftis_invocations(service["entrypoint"][2], service["command"])
+        assert files_read(service["entrypoint"][2]) == [public], name
         assert joining[: len(service["command"])] == service["command"] and "--peer" in joining, name
         assert service["depends_on"]["bootstrap"]["condition"] == "service_healthy"
 

@@ -3,6 +3,10 @@ signs its DHT announcements, so a restarted node keeps its peer id *and* its ann
 
 The file is hivemind's own identity format (a libp2p protobuf holding an RSA private key), created
 on first use with owner-only permissions. Without a file, a node gets a fresh identity per run.
+
+What others need of it is public: the peer id, or the full multiaddr peers join with, which
+``publish_address`` writes to a file of its own (a bootstrap's, in a volume its nodes mount read-only),
+so no container ever needs another's key file to learn its address.
 """
 
 import hashlib
@@ -17,6 +21,7 @@ from hivemind.p2p import PeerID
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
+from ftis.node.atomic import write_atomic
 from ftis.node.errors import UserError
 from ftis.node.swarm.mounts import anonymous_volume
 
@@ -90,6 +95,27 @@ def check_identity_kept(path: Path) -> None:
             f"{path}: {volume} is an anonymous volume (the container was started without a volume for it): an "
             f"identity made there is lost with the container, and the node would come back with a new peer id. "
             f"Give it a named volume or a host folder, e.g. docker run -v ftis-identity:{volume} ...")
+
+
+def publish_address(path: Path, address: str) -> Path:
+    """Write ``address`` (a peer id or a full multiaddr: nothing secret) to ``path``, replaced whole each time,
+    so a reader sees the last address or the new one, never part of one. A file there that holds an identity
+    key is never replaced: a public file given the key's path by mistake would destroy the key."""
+    path = Path(path).expanduser()
+    if path.is_file() and _holds_key(path):
+        raise IdentityError(f"{path}: holds an identity key; the public address goes to a file of its own")
+    try:
+        return write_atomic(path, address + "\n")
+    except OSError as error:
+        raise IdentityError(f"{path}: cannot write the public address ({error.strerror})") from None
+
+
+def _holds_key(path: Path) -> bool:
+    try:
+        signing_key(path)
+    except IdentityError:
+        return False
+    return True
 
 
 def signing_key(path: Path) -> RSAPrivateKey:
