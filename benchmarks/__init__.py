@@ -23,6 +23,8 @@ Files:
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.
 - ``poisoning.py``, ``poisoning_attack.py``  an honest node's held-out accuracy with and without an attacker
   that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.
+- ``envelope.py``  what bounding a message from its msgpack headers costs against decoding, and what payloads of
+  nested empty arrays cost a decoder with it (docs/protocol.md).
 - ``fuzz.py``  100,000+ fuzzed inputs to the protocol decoders and the node's announcement handling, with a limit
   oracle and a memory bound (its parts are in ``tests/fuzz_*.py``, shared with ``tests/test_fuzz.py``).
 - ``relay_fetch.py``  payload fetches through the bootstrap's circuit relay beside direct ones, across a real NAT

@@ -10,6 +10,8 @@ Files:
                   format's one zstd code path.
 - ``texts.py``    the text column (v3, optional): each completion's text, UTF-8, bounded per token, one zstd frame.
 - ``announcement.py``  what a peer lists in the DHT about itself and its recent batches.
+- ``envelope.py`` a message's envelope: its msgpack bounded from the headers (depth, values, lengths) before any object
+                  is built, then unpacked; its version and kind read. Batches and announcements alike.
 - ``reader.py``   typed, strict access to decoded msgpack maps, naming each field's path.
 - ``limits.py``   every limit and constant of the format, named.
 - ``errors.py``   ``ProtocolError`` and its two kinds, ``DecodeError`` and ``EncodeError``; ``UserError``, the base of

@@ -15,7 +15,8 @@ a fetch dials the peer id, never an address a peer wrote, so a false one mislead
 
 A receiver fetches a listed batch from the peer, checks its size and SHA-256 against the
 announcement (which the DHT only accepts signed by the peer's key), then decodes it. Decoding is
-strict and total like ``decode``: a ``DecodeError`` names the field, nothing is half built.
+strict and total like ``decode``: a ``DecodeError`` names the field, nothing is half built; its msgpack is
+bounded from its headers before any object is built (``envelope.py``, ``ANNOUNCEMENT_BOUNDS``).
 """
 
 import builtins
@@ -24,13 +25,15 @@ from dataclasses import dataclass
 
 import msgpack
 
-from ftis.protocol.decode import unpack_message
+from ftis.protocol.envelope import Bounds, unpack_message
 from ftis.protocol.errors import DecodeError, EncodeError
 from ftis.protocol.limits import (
     ADAPTERS,
     MAX_ANNOUNCED_BATCHES,
     MAX_ANNOUNCEMENT_BYTES,
+    MAX_ANNOUNCEMENT_VALUES,
     MAX_BATCH_TOKENS,
+    MAX_DEPTH,
     MAX_GROUPS,
     MAX_MULTIADDR_CHARS,
     MAX_NAME_CHARS,
@@ -44,6 +47,9 @@ from ftis.protocol.limits import (
 from ftis.protocol.reader import FieldReader
 
 KIND_ANNOUNCEMENT = "announcement"
+# Its lists are bounded by the values in all (one longer than the schema allows is refused naming its field).
+ANNOUNCEMENT_BOUNDS = Bounds(max_bytes=MAX_ANNOUNCEMENT_BYTES, max_depth=MAX_DEPTH,
+                             max_values=MAX_ANNOUNCEMENT_VALUES, max_items=MAX_ANNOUNCEMENT_VALUES)
 _INT64_MAX = (1 << 63) - 1
 _MAX_TIME = 1e11
 _PEER_ID = r"[1-9A-HJ-NP-Za-km-z]{32,128}"  # libp2p's base58 form
@@ -135,7 +141,7 @@ def encode_announcement(announcement: Announcement) -> bytes:
 
 
 def decode_announcement(data: bytes) -> Announcement:
-    version, body = unpack_message(data, KIND_ANNOUNCEMENT, MAX_ANNOUNCEMENT_BYTES)
+    version, body = unpack_message(data, KIND_ANNOUNCEMENT, ANNOUNCEMENT_BOUNDS)
     peer_id = body.text("peer_id", MAX_NAME_CHARS)
     result = Announcement(
         run_id=body.text("run_id", MAX_NAME_CHARS),

@@ -17,27 +17,28 @@ completion and none per token:
 
 Completions are listed group after group, in group order.
 Any malformed input raises ``DecodeError`` naming the field; nothing is built until every check
-has passed, so a caller never sees part of a batch.
+has passed, so a caller never sees part of a batch. The message's msgpack is bounded from its headers
+(``envelope.py``, ``BATCH_BOUNDS``) before msgpack builds any object of it.
 """
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-import msgpack
 import numpy as np
 
 from ftis.protocol.columns import dequantize_logprobs, id_width, unpack_columns
+from ftis.protocol.envelope import Bounds, unpack_message
 from ftis.protocol.errors import DecodeError
 from ftis.protocol.limits import (
     ADAPTERS,
     FINISH_REASONS,
     MAX_ANSWER_CHARS,
     MAX_BATCH_TOKENS,
+    MAX_BATCH_VALUES,
     MAX_COMPLETION_TOKENS,
+    MAX_DEPTH,
     MAX_GROUP_SIZE,
     MAX_GROUPS,
     MAX_LOGPROB_WIDTH,
-    MAX_MAP_ENTRIES,
     MAX_NAME_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PROMPT_TOKENS,
@@ -45,7 +46,6 @@ from ftis.protocol.limits import (
     MAX_TEMPERATURE,
     MAX_VOCAB_SIZE,
     MIN_TEMPERATURE,
-    SUPPORTED_VERSIONS,
 )
 from ftis.protocol.reader import FieldReader
 from ftis.protocol.schema import (
@@ -61,6 +61,8 @@ from ftis.protocol.schema import (
 from ftis.protocol.texts import check_text_lengths, unpack_texts
 
 KIND_BATCH = "batch"
+BATCH_BOUNDS = Bounds(max_bytes=MAX_PAYLOAD_BYTES, max_depth=MAX_DEPTH, max_values=MAX_BATCH_VALUES,
+                      max_items=MAX_GROUPS)
 _INT64_MAX = (1 << 63) - 1
 _MAX_TIME = 1e11  # unix seconds (year ~5000): a sanity bound, not a clock check
 
@@ -73,74 +75,8 @@ def decode(data: bytes) -> RolloutBatch:
 def read(data: bytes) -> "CompressedBatch":
     """The batch in ``data``, checked up to its compressed columns, which are not inflated yet: what inflating
     them takes (``CompressedBatch.cost``) is known before a byte is spent on it."""
-    version, body = unpack_message(data, KIND_BATCH, MAX_PAYLOAD_BYTES)
+    version, body = unpack_message(data, KIND_BATCH, BATCH_BOUNDS)
     return _read(body, version)
-
-
-def unpack_message(data: bytes, kind: str, max_bytes: int) -> tuple[int, FieldReader]:
-    """The version and body of a message of ``kind`` (the envelope checked: size, msgpack, version, kind)."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise DecodeError("payload", f"expected bytes, got {type(data).__name__}")
-    if len(data) > max_bytes:
-        raise DecodeError("payload", f"{len(data)} bytes is over the {max_bytes}-byte limit")
-    envelope = FieldReader(_unpack(data), "")
-    version = envelope.integer("v", 0, _INT64_MAX)
-    if version not in SUPPORTED_VERSIONS:
-        raise DecodeError("v", f"unknown protocol version {version}; this build reads {sorted(SUPPORTED_VERSIONS)}")
-    found = envelope.text("kind", MAX_NAME_CHARS)
-    if found != kind:
-        raise DecodeError("kind", f"expected a {kind!r} message, got {found!r}")
-    body = envelope.map("body")
-    envelope.done()
-    return version, body
-
-
-def _unpack(data: bytes) -> Any:
-    _check_complete(data)
-    try:
-        return msgpack.unpackb(
-            data,
-            raw=False,
-            strict_map_key=True,
-            object_pairs_hook=_unique_keys,
-            max_str_len=4 * MAX_ANSWER_CHARS,
-            max_bin_len=MAX_PAYLOAD_BYTES,
-            max_array_len=MAX_GROUPS,
-            max_map_len=MAX_MAP_ENTRIES,
-            max_ext_len=0,
-        )
-    except DecodeError:
-        raise
-    except Exception as error:  # msgpack raises several types for malformed input; all mean the same
-        raise DecodeError("payload", f"not a valid msgpack message ({type(error).__name__}: {error})") from None
-
-
-def _check_complete(data: bytes) -> None:
-    """Refuse a message that is not exactly one complete msgpack object, before anything is built.
-
-    Why: msgpack allocates an array's claimed length (up to ``max_array_len``) as soon as it reads the
-    array's header, before its items; nested 3-byte headers that each claim 4096 items made 3 KB of
-    truncated input allocate 33 MB (found by ``benchmarks/fuzz.py``). ``skip`` walks the message
-    without building any object, so once it has passed, every claimed item is known to be present
-    and unpacking allocates in proportion to the input.
-    """
-    walker = msgpack.Unpacker(max_buffer_size=max(len(data), 1))  # its buffer: one copy of the input
-    try:
-        walker.feed(data)
-        walker.skip()
-    except msgpack.OutOfData:
-        raise DecodeError("payload", "truncated: the message ends inside a value") from None
-    except Exception as error:  # as in _unpack: every way msgpack refuses bytes means the same
-        raise DecodeError("payload", f"not a valid msgpack message ({type(error).__name__}: {error})") from None
-    if walker.tell() != len(data):
-        raise DecodeError("payload", "trailing bytes after the message")
-
-
-def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise DecodeError("payload", "a map repeats a key")
-    return result
 
 
 @dataclass(frozen=True)

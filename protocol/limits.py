@@ -24,6 +24,20 @@ MAX_ROUND = (1 << 40) - 1
 MIN_TEMPERATURE = 0.1
 MAX_TEMPERATURE = 10.0
 MAX_MAP_ENTRIES = 32  # keys in any map of the schema
+MAX_STRING_BYTES = 4 * MAX_ANSWER_CHARS  # any msgpack string: the longest field, in UTF-8 of up to 4 bytes a character
+
+# A message's shape, checked from its msgpack headers before any object is built (``envelope.py``): an empty array
+# or map is 1 byte of msgpack but a ~60-byte Python object, so these bound what unpacking builds, whatever the bytes.
+# Depth counts containers, the envelope's map included. The deepest path of either schema holds 4, then a scalar:
+# envelope → body → groups → group_id → a string (a batch); envelope → body → batches → a batch's map → an integer,
+# or envelope → body → reach → addrs → a string (an announcement).
+MAX_DEPTH = 4
+# Every value of a batch (containers, keys, scalars): its 9 maps (envelope, body, policy, tokenizer, sampling, groups,
+# completions, tokens, texts), each counted at MAX_MAP_ENTRIES keys and as many values, plus the items of its 5
+# lists of one item per group (group_id, dataset, split, index, answer). 21,065; the most a valid batch holds is
+# 20,559 (4,096 groups), so every valid batch passes; ~1.3 MB of objects at most, besides strings' and binaries'
+# own bytes.
+MAX_BATCH_VALUES = 9 * (1 + 2 * MAX_MAP_ENTRIES) + 5 * MAX_GROUPS
 # A completion's text (v3) may hold at most this many UTF-8 bytes per token of the completion, plus the slack.
 # A real token decodes to a few bytes (the longest in Qwen2's vocabulary, runs of spaces or dashes, to a few
 # dozen); the bound keeps what a batch's texts inflate to proportional to its tokens, which the limits above
@@ -59,3 +73,6 @@ SHA256_BYTES = 32
 REACH_HOW = ("unknown", "direct", "relayed", "private", "unreachable")
 MAX_RELAY_ADDRS = 4
 MAX_MULTIADDR_CHARS = 256
+# Every value of an announcement, as for a batch: its maps (envelope, body, reach and one per listed batch), each
+# counted at MAX_MAP_ENTRIES keys and values, plus the items of its one list of scalars (reach.addrs). 1,239.
+MAX_ANNOUNCEMENT_VALUES = (3 + MAX_ANNOUNCED_BATCHES) * (1 + 2 * MAX_MAP_ENTRIES) + MAX_RELAY_ADDRS

@@ -6,10 +6,12 @@ import tracemalloc
 
 import pytest
 from helpers.hostile_peer import text_bomb
+from helpers.msgpack_bombs import wide
 from helpers.swarm import make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
+from ftis.node.errors import FAILURE
 from ftis.protocol import PROTOCOL_VERSION, encode
 
 runner = CliRunner()
@@ -80,6 +82,23 @@ def test_inspect_weighs_a_decompression_bomb_before_inflating_it(tmp_path):
     small = tmp_path / "batch.msgpack"
     small.write_bytes(encode(_batch()))
     assert runner.invoke(app, ["inspect", str(small), "--max-memory-mb", "1"]).exit_code == 0
+
+
+@pytest.mark.parametrize("mib", [16, 64])
+def test_inspect_refuses_nested_empty_arrays_from_their_headers(tmp_path, mib):
+    """A file of nested empty arrays (1 byte each, a ~60-byte object each once unpacked: ~1.2 GB for 16 MiB) is
+    refused before any is built: inspect holds the file's bytes and little more, far under its memory guard."""
+    path = tmp_path / "nested.msgpack"
+    path.write_bytes(wide(mib * 2**20 - 4096))
+    tracemalloc.start()
+    try:
+        result = runner.invoke(app, ["inspect", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < path.stat().st_size + 2**20, f"{peak:,} bytes at the peak"
+    assert result.exit_code == FAILURE, result.output
+    assert "is not a valid batch: payload: holds more than" in result.output
 
 
 def test_inspect_of_a_missing_file_says_so(tmp_path):

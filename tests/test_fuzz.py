@@ -111,8 +111,8 @@ def test_the_limit_oracle_sees_a_broken_limit():
 
 
 def test_the_memory_oracle_sees_an_allocation_the_input_does_not_back(monkeypatch):
-    decode_module = importlib.import_module("ftis.protocol.decode")
-    monkeypatch.setattr(decode_module, "_check_complete", lambda data: None)  # the decoder before the fix
+    envelope_module = importlib.import_module("ftis.protocol.envelope")
+    monkeypatch.setattr(envelope_module, "check_shape", lambda data, bounds: None)  # unpacking before any walk
     with pytest.raises(Violation, match="over the bound"):
         judge(BATCH, NESTED_CLAIMS)
 

@@ -37,6 +37,7 @@ from ftis.protocol import (
 from ftis.protocol.limits import (
     MAX_ANSWER_CHARS,
     MAX_BATCH_TOKENS,
+    MAX_DEPTH,
     MAX_GROUP_SIZE,
     MAX_GROUPS,
     MAX_MAP_ENTRIES,
@@ -217,20 +218,21 @@ def test_input_must_be_bytes_like(value):
 
 
 def test_payload_over_the_limit_is_refused_before_unpacking(monkeypatch):
-    monkeypatch.setattr(decode_module, "MAX_PAYLOAD_BYTES", len(VALID) - 1)
+    monkeypatch.setattr(decode_module, "BATCH_BOUNDS", replace(decode_module.BATCH_BOUNDS, max_bytes=len(VALID) - 1))
 
     def fail(*args, **kwargs):
         raise AssertionError("unpacked a payload over the limit")
 
-    monkeypatch.setattr(decode_module.msgpack, "unpackb", fail)
+    monkeypatch.setattr(msgpack, "unpackb", fail)
     assert decode_error(VALID).field == "payload"
     assert "limit" in decode_error(bytearray(VALID)).reason
     assert decode_error(memoryview(VALID)).field == "payload"
 
 
 def test_payload_at_the_limit_is_accepted(monkeypatch):
-    monkeypatch.setattr(decode_module, "MAX_PAYLOAD_BYTES", len(VALID))
+    monkeypatch.setattr(decode_module, "BATCH_BOUNDS", replace(decode_module.BATCH_BOUNDS, max_bytes=len(VALID)))
     decode(VALID)
+    decode(memoryview(VALID))
 
 
 def test_duplicate_key_in_the_envelope():
@@ -266,18 +268,24 @@ def test_empty_ext_is_refused_as_a_wrong_type():
     assert decode_error(pack(msgpack.ExtType(5, b""))).field == "envelope"
 
 
-@pytest.mark.parametrize("depth", [10, 100, 10_000])
-def test_deep_nesting_is_refused(depth):
+@pytest.mark.parametrize("levels", [1, 2, 3, 10, 1000, 10_000])
+def test_nesting_deeper_than_the_schema_is_refused_from_the_headers(levels):
     nested: Any = 0
-    for _ in range(depth):
+    for _ in range(levels):
         nested = [nested]
-    data = b"\x91" * depth + b"\x00"  # the same, without msgpack's own recursion limit on packing
-    if depth < 500:
+    data = b"\x91" * levels + b"\x00"  # the same, without msgpack's own recursion limit on packing
+    if levels < 500:
         assert pack(nested) == data
     marker = pack("<nesting goes here>")
     error = decode_error(mutated("body.run_id", "<nesting goes here>").replace(marker, data, 1))
-    # msgpack's own stack limit (1024 levels) refuses deep input before the schema sees it.
-    assert error.field == ("body.run_id" if depth < 1000 else "payload")
+    # body.run_id sits in 2 maps: up to MAX_DEPTH - 2 lists there reach the schema, which refuses the type
+    assert error.field == ("body.run_id" if 2 + levels <= MAX_DEPTH else "payload")
+
+
+def test_a_list_in_a_list_of_the_schema_is_too_deep():
+    error = decode_error(mutated("body.groups.answer", ["0", ["1"]]))  # a list 5 containers deep
+    assert error.field == "payload"
+    assert "deeper than" in error.reason
 
 
 def test_map_with_too_many_entries():
@@ -287,7 +295,7 @@ def test_map_with_too_many_entries():
 
 
 def test_too_many_groups():
-    # msgpack's array limit refuses this while unpacking, before any column is read.
+    # The walk over the message's headers refuses this, before any object is built.
     message = unpack(VALID)
     message["body"]["groups"]["group_id"] = [f"g{i}" for i in range(MAX_GROUPS + 1)]
     assert decode_error(pack(message)).field == "payload"
@@ -422,7 +430,6 @@ ITEM_TYPES = [
     ("body.groups.index", [0, 1.0]),
     ("body.groups.index", [0, -1]),
     ("body.groups.index", [0, 2**64 - 1]),
-    ("body.groups.answer", ["0", ["1"]]),
 ]
 
 

@@ -22,7 +22,7 @@ and ``text_bytes`` what its text column's lengths claim, capped at what the text
 - the constant (256 KiB): the decoder's fixed working set (msgpack's 1024-level walk stack, a raised
   exception with its traceback; measured: 44 KiB).
 What it rules out: allocating what a claimed length says before checking it against the input and the
-limits (before the fix in ``decode._check_complete``, 3 KB of nested array headers allocated 33 MB).
+limits (unchecked, 3 KB of nested array headers allocated 33 MB; ``envelope.check_shape`` checks them first).
 """
 
 import math
