@@ -212,9 +212,15 @@ def test_top_level_must_be_a_map(value):
     assert decode_error(pack(value)).field == "envelope"
 
 
-@pytest.mark.parametrize("value", ["text", None, 12, [VALID]], ids=["str", "none", "int", "list"])
+@pytest.mark.parametrize("value", ["text", None, 12, [VALID], memoryview(VALID)[::2]],
+                         ids=["str", "none", "int", "list", "strided-view"])
 def test_input_must_be_bytes_like(value):
     assert decode_error(value).field == "payload"
+
+
+def test_a_view_of_another_format_is_read_as_its_bytes():
+    data = next(m for m in (mutated("body.run_id", "r" * n) for n in range(1, 5)) if len(m) % 4 == 0)
+    assert decode(memoryview(data).cast("I")) == decode(data)
 
 
 def test_payload_over_the_limit_is_refused_before_unpacking(monkeypatch):
