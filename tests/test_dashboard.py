@@ -7,6 +7,7 @@ Run: python -m pytest tests/test_dashboard.py -q   (a few seconds; the browser's
 import itertools
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -274,9 +275,9 @@ def serving_threads() -> int:
 
 
 def test_half_sent_requests_hold_a_bounded_number_of_threads_for_a_bounded_time(tmp_path):
-    """200 connections that send half a request and wait: at most ``max_connections`` threads serve them, the rest
-    are closed at once, and each served one is dropped after the request timeout; a real request then gets its
-    answer."""
+    """200 connections that send half a request and wait: at most ``max_connections`` threads serve them, each new
+    one beyond cuts the oldest (or is closed at once), and each served one is dropped after the request timeout; a
+    real request then gets its answer."""
     content = Content("run", 5.0, _Members(), [])
     server = DashboardServer("127.0.0.1", 0, content, None, request_timeout_s=3.0, max_connections=8)
     dashboard = OpenDashboard(server, lambda: None)
@@ -288,10 +289,10 @@ def test_half_sent_requests_hold_a_bounded_number_of_threads_for_a_bounded_time(
             sock.sendall(b"GET /api/layout HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: never finished
             sockets.append(sock)
             held = max(held, serving_threads())
-        while server.turned_away < 192 and time.monotonic() < started + 2.5:
+        while server.turned_away + server.cut < 192 and time.monotonic() < started + 2.5:
             held = max(held, serving_threads())
             time.sleep(0.01)
-        assert held <= 8 and server.turned_away >= 192, (held, server.turned_away)
+        assert held <= 8 and server.turned_away + server.cut >= 192, (held, server.turned_away, server.cut)
         while serving_threads() and time.monotonic() < started + 10:  # the request timeout frees the 8
             time.sleep(0.05)
         assert serving_threads() == 0
@@ -300,3 +301,86 @@ def test_half_sent_requests_hold_a_bounded_number_of_threads_for_a_bounded_time(
         for sock in sockets:
             sock.close()
         dashboard.close()
+
+
+TRICKLED = b"GET /api/layout HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: a-byte-every-half-second\r\n\r\n"
+
+
+def trickle(server: DashboardServer, count: int, every_s: float, until_s: float, real_request_at_s: float):
+    """``count`` connections each sending ``TRICKLED`` a byte every ``every_s``; at ``real_request_at_s`` a real
+    request. Returns (each connection's seconds until the server closed it, or None; what it answered each; the
+    real request's status, or the error that closed it)."""
+    started = time.monotonic()
+    socks = [socket.create_connection(server.server_address[:2], timeout=5) for _ in range(count)]
+    closed_after: dict[socket.socket, float] = {}
+    answers = {sock: b"" for sock in socks}
+    sent = dict.fromkeys(socks, 0)
+    real: int | str | None = None
+    try:
+        while len(closed_after) < count and time.monotonic() < started + until_s:
+            for sock in socks:
+                if sock not in closed_after and sent[sock] < len(TRICKLED):
+                    try:
+                        sent[sock] += sock.send(TRICKLED[sent[sock]:sent[sock] + 1])
+                    except OSError:
+                        closed_after[sock] = time.monotonic() - started
+            if real is None and time.monotonic() >= started + real_request_at_s:
+                try:
+                    real = get(server.url + "api/layout")[0]
+                except OSError as error:  # urllib's errors for a connection closed unanswered
+                    real = type(error).__name__
+            readable, _, _ = select.select([s for s in socks if s not in closed_after], [], [], every_s)
+            for sock in readable:
+                try:
+                    data = sock.recv(4096)
+                except OSError:
+                    data = b""
+                answers[sock] += data
+                if not data:
+                    closed_after[sock] = time.monotonic() - started
+        assert all(sent[sock] < len(TRICKLED) for sock in socks)  # none finished its request
+        return [closed_after.get(sock) for sock in socks], [answers[sock] for sock in socks], real
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_trickling_connections_are_closed_at_the_deadline_and_a_real_request_is_answered_meanwhile():
+    """Every slot held by a connection that sends a byte every 0.5 s (each read well within any per-read timeout):
+    each is closed 2 s after it connected, with a 408 (or cut sooner to make room), and a request sent whole
+    meanwhile gets its answer."""
+    content = Content("run", 5.0, _Members(), [])
+    server = DashboardServer("127.0.0.1", 0, content, None, request_timeout_s=2.0, max_connections=4)
+    dashboard = OpenDashboard(server, lambda: None)
+    try:
+        closed_after, answers, real = trickle(server, 4, every_s=0.5, until_s=5.0, real_request_at_s=0.6)
+    finally:
+        dashboard.close()
+    assert real == 200, f"a real request sent while slow ones held every slot was not answered ({real})"
+    assert all(after is not None and after < 3.0 for after in closed_after), closed_after
+    timed_out = [after for after, answer in zip(closed_after, answers, strict=True)
+                 if answer.startswith(b"HTTP/1.0 408 ")]
+    assert len(timed_out) >= 3 and all(after > 1.9 for after in timed_out), (closed_after, answers)
+    assert server.cut + len(timed_out) == 4
+
+
+def raw_status(url: str, headers: list[str]) -> bytes:
+    """The status line the server answers a GET of /api/layout with ``headers`` with."""
+    address = url.split("//", 1)[1].rstrip("/")
+    host, port = address.rsplit(":", 1)
+    request = "".join(f"{line}\r\n" for line in ["GET /api/layout HTTP/1.1", f"Host: {address}", *headers, ""])
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request.encode())
+        answer = b""
+        while b"\r\n" not in answer and (data := sock.recv(4096)):
+            answer += data
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_an_over_long_request_head_is_refused(served):
+    assert raw_status(served, ["Accept: */*"]) == b"HTTP/1.0 200 OK"
+    too_many = [f"X-Header-{i}: {i}" for i in range(80)]  # 1.3 KiB, in too many lines
+    assert raw_status(served, too_many) == b"HTTP/1.0 431 Request Header Fields Too Large"
+    too_long = ["Cookie: " + "x" * 40_000]  # in a few lines, too many bytes
+    assert raw_status(served, too_long) == b"HTTP/1.0 431 Request Header Fields Too Large"
+    assert get(served + "api/layout")[0] == 200  # the server goes on

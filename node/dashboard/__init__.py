@@ -9,6 +9,8 @@ Files:
 - ``members.py``  the run's members, read from the DHT again and again by a thread of its own.
 - ``server.py``   the HTTP server (``http.server``): the page, its files, the JSON endpoints, the headers,
                   the refusal of a public address.
+- ``heads.py``    a request's line and headers read within a deadline and a size; the connections still
+                  sending theirs, so that the oldest can make room.
 - ``defaults.py`` the address, port, refresh interval and points per line, for the command line too.
 - ``run.py``      ``open_dashboard`` / ``run_dashboard``: join, watch, serve; close it all.
 - ``static/``     ``index.html``, ``dashboard.js`` (DOM built as text, SVG plots), ``dashboard.css``.

@@ -12,12 +12,18 @@ is set (``check_bind``): what it serves (peer ids, scores, paths of the node fol
 user. On loopback it also refuses a request whose ``Host`` is not the address it serves (a web page
 elsewhere cannot read it through a DNS name pointed at 127.0.0.1). Peers write model names, tokenizer
 names and run ids: the page puts every value into the document as text (``textContent``), and every
-response forbids inline script and anything from another origin (``SECURITY_HEADERS``). A connection gets
-``REQUEST_TIMEOUT_S`` to send its request, and at most ``MAX_CONNECTIONS`` are served at once, each on a thread;
-one beyond is closed at once: a client that opens connections and never finishes a request holds at most that many
-threads, for at most that long.
+response forbids inline script and anything from another origin (``SECURITY_HEADERS``); what peers wrote is made
+printable before it is served (``printable``: no control, bidi or zero-width characters, a bounded length).
+
+Slow clients: a connection must send its whole request (line and headers) within ``REQUEST_TIMEOUT_S`` however
+slowly its bytes trickle, in at most ``MAX_HEAD_BYTES`` and ``MAX_HEAD_LINES`` (``heads.py``: past the deadline 408,
+past the size 431, then closed). At most ``MAX_CONNECTIONS`` are served at once, each on a thread; a new one beyond
+cuts the connection that has been sending its request longest, and is closed at once only when every slot is
+answering: a client that opens connections and trickles bytes holds at most that many threads, for at most that
+long, and never keeps a request that arrives whole from being answered.
 """
 
+import io
 import ipaddress
 import json
 import socket
@@ -31,6 +37,7 @@ from typing import Any
 
 from ftis.node.dashboard import defaults
 from ftis.node.dashboard.charts import layout
+from ftis.node.dashboard.heads import HeadLimits, HeadRefused, HeadsReading, linger, read_head
 from ftis.node.dashboard.members import MembersWatch
 from ftis.node.dashboard.nodes import NodeWatch
 from ftis.node.errors import USAGE, UserError
@@ -43,6 +50,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+CUT_WAIT_S = 1.0  # a cut connection's thread gives its slot back within this (it only has to notice the cut)
 
 STATIC = {  # path -> (file in static/, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -111,20 +120,25 @@ class DashboardServer(ThreadingHTTPServer):
 
     def __init__(self, host: str, port: int, content: Content, allowed_hosts: set[str] | None,
                  request_timeout_s: float = defaults.REQUEST_TIMEOUT_S,
-                 max_connections: int = defaults.MAX_CONNECTIONS):
+                 max_connections: int = defaults.MAX_CONNECTIONS, max_head_bytes: int = defaults.MAX_HEAD_BYTES,
+                 max_head_lines: int = defaults.MAX_HEAD_LINES):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.content = content
-        self.request_timeout_s = request_timeout_s
+        self.request_timeout_s = request_timeout_s  # the request's deadline, and the answer's
+        self.head_limits = HeadLimits(request_timeout_s, max_head_bytes, max_head_lines)
+        self.reading = HeadsReading()  # the served connections still sending their request
         self._slots = threading.BoundedSemaphore(max_connections)
-        self.turned_away = 0  # connections closed unanswered: every slot was taken
+        self.turned_away = 0  # connections closed unanswered: every slot was answering
+        self.cut = 0  # connections closed unanswered to make room: the one sending its request longest
         self.allowed_hosts = allowed_hosts  # None: any Host header (served on a public address)
         self.static = {path: (resources.files(__package__).joinpath("static", name).read_bytes(), kind)
                        for path, (name, kind) in STATIC.items()}
         super().__init__((host, port), Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve the connection on a thread if a slot is free, else close it at once."""
-        if not self._slots.acquire(blocking=False):
+        """Serve the connection on a thread if a slot is free or can be freed by cutting the connection that has
+        been sending its request longest (its thread ends at once); else close it at once."""
+        if not self._slots.acquire(blocking=False) and not self._make_room():
             self.turned_away += 1
             self.shutdown_request(request)
             return
@@ -133,6 +147,12 @@ class DashboardServer(ThreadingHTTPServer):
         except BaseException:
             self._slots.release()
             raise
+
+    def _make_room(self) -> bool:
+        if not self.reading.cut_oldest():
+            return False
+        self.cut += 1
+        return self._slots.acquire(timeout=CUT_WAIT_S)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -152,8 +172,34 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self) -> None:
-        self.timeout = self.server.request_timeout_s  # the socket's: a request not read whole by then is dropped
+        self.timeout = self.server.request_timeout_s  # the socket's: bounds each send of the answer (sendall: whole)
         super().setup()
+
+    def handle(self) -> None:
+        """One request: its head read within the deadline and the limits (``heads.py``), then answered."""
+        sock, server = self.connection, self.server
+        server.reading.add(sock)
+        try:
+            head = read_head(sock, server.head_limits)
+        except HeadRefused as refusal:
+            if server.reading.done(sock) and refusal.status is not None:
+                self._refuse(refusal.status, str(refusal))
+            return
+        if not server.reading.done(sock):  # cut to make room just as it arrived
+            return
+        sock.settimeout(server.request_timeout_s)
+        self.rfile.close()
+        self.rfile = io.BytesIO(head)
+        self.handle_one_request()
+
+    def _refuse(self, status: HTTPStatus, why: str) -> None:
+        self.command, self.requestline, self.request_version = "", "", "HTTP/1.0"  # none was read
+        self.connection.settimeout(self.server.request_timeout_s)
+        try:
+            self._send(status, f"{why}\n".encode(), "text/plain; charset=utf-8")
+        except OSError:  # the client is gone
+            return
+        linger(self.connection, 4 * self.server.head_limits.max_bytes)
 
     def do_GET(self) -> None:  # the name http.server calls
         allowed = self.server.allowed_hosts
