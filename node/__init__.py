@@ -7,6 +7,7 @@ Files:
 - ``errors.py``  ``UserError``, the base of every error a user or a peer can cause, and the CLI's exit codes.
 - ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
 - ``figures.py`` ``figure()``: a metric declared once as a dataclass field; its record and TensorBoard tags.
+- ``printable.py`` ``printable()``: a string a peer wrote, safe to show on a terminal, in a log or on a page.
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).
 - ``models/``, ``tasks/``, ``generation/``, ``trainer/``: the policy, tasks and rewards, sampling, the F-TIS step.
 - ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.

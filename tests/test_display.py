@@ -13,6 +13,7 @@ from rich.console import Console
 from ftis.node.figures import Figure
 from ftis.node.records.display import LineDisplay, TableDisplay, make_display, summary_line
 from ftis.node.records.metrics import report_record
+from ftis.node.records.round_report import rejections_by_peer
 from ftis.node.trainer.step_figures import FIGURES, StepFigures
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -49,11 +50,12 @@ def test_line_display_echoes_one_line_per_step():
     assert [line[:11] for line in lines] == ["round     0", "round     1"]
 
 
-def render_table(records, rows: int = 8) -> str:
+def render_table(records, rows: int = 8, rejections=None) -> str:
+    """The table the records draw, with ``rejections`` by peer (default: those of ``AFTER``)."""
     out = io.StringIO()
     display = TableDisplay(Console(file=out, force_terminal=True, width=220, color_system=None), rows)
     for r in records:
-        display.show(r)
+        display.show(r, rejections_by_peer(AFTER.rejections) if rejections is None else rejections)
     display.close()
     return ANSI.sub("", out.getvalue())
 
@@ -92,8 +94,8 @@ def test_table_keeps_the_last_rows_and_marks_steps_not_taken():
 
 
 def test_table_before_any_peer():
-    lines = last_drawing(render_table([record(0, peer_reward=float("nan")) | {"peer_groups_by_peer": {},
-                                                                               "rejections_by_peer": {}}]))
+    lines = last_drawing(render_table([record(0, peer_reward=float("nan")) | {"peer_groups_by_peer": {}}],
+                                      rejections={}))
     assert row(lines, "0")[2] == "-" and row(lines, "none yet") == ["none yet", "0", "0", "0"]
 
 

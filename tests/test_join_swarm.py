@@ -14,6 +14,8 @@ import psutil
 import pytest
 from helpers.cli_process import CliProcess
 
+from ftis.node.swarm.peer_view import read_peer_view
+
 pytestmark = pytest.mark.hivemind
 
 RUN = "join-test"
@@ -88,5 +90,6 @@ def test_two_join_processes_train_on_each_others_groups_through_a_bootstrap(tmp_
         # arithmetic, so their groups teach nothing and take no place in a step: received, not used.)
         received = sum(record["peer_groups_received"] for record in records)
         assert received > 0, f"{name} never received {other}'s groups: {records}"
-        assert all(peer_ids[other] in record["peer_scores"] for record in records[1:]), records
+        assert all(record["peers_scored"] == 1 for record in records[1:]), records  # the other node, judged
+        assert peer_ids[other] in read_peer_view(tmp_path / name / "out").scores
         assert all(record["bytes_sent"] > 0 for record in records)

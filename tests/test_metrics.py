@@ -16,6 +16,7 @@ from tensorboardX.record_writer import masked_crc32c
 
 from ftis.node.config import MetricsConfig, NodeConfig
 from ftis.node.records.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
+from ftis.node.records.round_report import rejections_by_peer
 from ftis.node.swarm.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.trainer.step_figures import FIGURES, PeerFiltered, StepFigures, record_key
@@ -35,10 +36,11 @@ def test_record_holds_every_figure_with_per_step_traffic_and_rejections():
     assert (record["bytes_sent"], record["bytes_received"]) == (600, 4096)
     assert (record["batches_sent"], record["batches_received"]) == (1, 2)
     assert (record["bytes_sent_total"], record["bytes_received_total"]) == (1600, 9096)
-    # rejections: this step by reason (summed over peers), all of them by reason, and per peer
+    # rejections: this step by reason (summed over peers), all of them by reason, and the peers refused
     assert record["rejections"] == {"hash": 1, "stale": 3}  # PEER_A +1 stale, PEER_B +2 stale, +1 hash
     assert record["rejections_total"] == {"hash": 1, "quota": 1, "stale": 5}
-    assert record["rejections_by_peer"] == {PEER_A: {"stale": 3}, PEER_B: {"hash": 1, "quota": 1, "stale": 2}}
+    assert record["peers_rejected"] == 2
+    assert rejections_by_peer(AFTER.rejections) == {PEER_A: {"stale": 3}, PEER_B: {"hash": 1, "quota": 1, "stale": 2}}
 
 
 def test_first_record_counts_everything_since_the_start():
@@ -56,7 +58,8 @@ def test_jsonl_writes_nan_as_null_and_appends(tmp_path):
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["round"] for r in records] == [0, 1]
-    assert records[0]["peer_reward"] is None and records[0]["rejections_by_peer"] == {}
+    assert records[0]["peer_reward"] is None and records[0]["peers_rejected"] == 0
+    assert records[0]["peer_score_min"] is None  # NaN: no peer judged yet
 
 
 def test_scalars_name_the_figures_and_leave_out_unknown_ones():

@@ -5,6 +5,7 @@ Run: python -m pytest tests/test_peer_scores_output.py -q
 """
 
 import dataclasses
+import math
 import re
 from dataclasses import replace
 
@@ -32,16 +33,16 @@ def scored_report(round_: int = 4):
     return replace(report(round_, transport=AFTER), scores=SCORES)
 
 
-def test_the_record_holds_each_peers_score_and_the_muted_peers():
+def test_the_record_sums_up_the_peers_scores_and_mutes():
     record = report_record(scored_report(), previous=BEFORE)
-    assert record["peer_scores"] == {PEER_A: 0.95, PEER_B: 0.2}
-    assert record["muted_peers"] == [PEER_B]
+    assert (record["peers_scored"], record["peers_muted"]) == (2, 1)
+    assert record["peer_score_min"] == 0.2 and record["peer_score_mean"] == pytest.approx(0.575)
     scalars = tensorboard_scalars(record)
-    assert scalars[f"peers/score/{PEER_A}"] == 0.95 and scalars[f"peers/score/{PEER_B}"] == 0.2
-    assert scalars["peers/muted"] == 1
+    assert scalars["peers/score_min"] == 0.2 and scalars["peers/score_mean"] == pytest.approx(0.575)
+    assert scalars["peers/muted"] == 1 and scalars["peers/scored"] == 2
     quiet = report_record(report(0))  # no peer scored yet
-    assert quiet["peer_scores"] == {} and quiet["muted_peers"] == []
-    assert tensorboard_scalars(quiet)["peers/muted"] == 0
+    assert (quiet["peers_scored"], quiet["peers_muted"]) == (0, 0) and math.isnan(quiet["peer_score_min"])
+    assert tensorboard_scalars(quiet)["peers/muted"] == 0 and "peers/score_min" not in tensorboard_scalars(quiet)
 
 
 def test_the_summary_line_counts_muted_peers_only_when_there_are_some():

@@ -7,7 +7,8 @@
     watch.close()    # stops the thread (the caller shuts its DHT down)
 
 The DHT client is started by the caller, in its main thread, before any server thread runs: hivemind forks
-its DHT process, and a fork is only safe before other threads hold locks.
+its DHT process, and a fork is only safe before other threads hold locks. What members wrote of themselves is
+handed to the page through ``printable`` (no control, bidi or zero-width character; a bounded length).
 """
 
 import threading
@@ -17,9 +18,11 @@ from typing import Any
 
 import hivemind
 
+from ftis.node.printable import printable
 from ftis.node.swarm.directory import READER_SHARDS, MembersReading, read_members
 from ftis.node.swarm.status import reached
 from ftis.node.swarm.transport import Member
+from ftis.protocol.limits import MAX_MULTIADDR_CHARS
 
 MAX_MEMBERS = 500  # rows the page gets; a hostile swarm can announce any number of peers
 
@@ -50,7 +53,8 @@ class MembersWatch:
                                    sample=READER_SHARDS)
         except Exception as error:  # hivemind's failures are many types; each is shown, not hidden
             with self._lock:
-                self._error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+                self._error = printable(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__,
+                                        max_chars=500)
             return
         with self._lock:
             self._members, self._reading, self._read_at, self._error = reading.members, reading, time.time(), None
@@ -61,9 +65,17 @@ class MembersWatch:
         return {"run_id": self.run_id, "read_at": read_at, "error": error, "count": len(members),
                 "estimated": None if reading is None or reading.complete else reading.estimated_total,
                 "shards_read": None if reading is None else reading.summary(),
-                "members": [{**asdict(member), "reached": reached(member)} for member in members[:MAX_MEMBERS]]}
+                "members": [shown(member) for member in members[:MAX_MEMBERS]]}
 
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=max(15.0, 3 * self.refresh_s))
+
+
+def shown(member: Member) -> dict[str, Any]:
+    """The member as the page gets it: its strings printable, and how it is reached in words (``reached``)."""
+    row = asdict(member) | {key: printable(getattr(member, key)) for key in ("peer_id", "model", "adapter",
+                                                                            "tokenizer", "reach")}
+    return row | {"relays": [printable(relay, MAX_MULTIADDR_CHARS) for relay in member.relays],
+                  "reached": reached(member)}

@@ -4,7 +4,8 @@ and its latest view of its peers (``peers.json``, ``swarm/peer_view.py``).
     watch = NodeWatch(Path("runs/demo/x/small"), "small", points=400)
     watch.state()   # reads what the node appended since the last call; a JSON-ready dict
 
-The folder may not exist yet (a node about to start): the node is then shown with nothing read.
+The folder may not exist yet (a node about to start): the node is then shown with nothing read. Peer ids and
+reasons from ``peers.json`` are handed to the page through ``printable``.
 """
 
 import math
@@ -14,12 +15,14 @@ from typing import Any, TypeGuard
 
 from ftis.node.dashboard.charts import LINES
 from ftis.node.dashboard.series import BoundedSeries, MetricsTail
+from ftis.node.printable import printable
+from ftis.node.records.peer_tables import kept_peers
 from ftis.node.records.record_kinds import is_evaluation, is_step
 from ftis.node.swarm.peer_view import PeerViewError, muted_now, read_peer_view
 from ftis.node.trainer.step_figures import record_key
 
 METRICS_FILE = "metrics.jsonl"  # records/metrics.py's MetricsLog writes it into the node's folder
-MAX_PEERS = 200  # peers.json rows shown; a node's view holds every peer it ever judged
+MAX_PEERS = 200  # peers.json rows shown, those that tell most first; a node's view holds up to MAX_PEERS_KEPT
 
 
 class NodeWatch:
@@ -70,23 +73,24 @@ def peers_state(folder: Path, now: float) -> dict[str, Any]:
     try:
         view = read_peer_view(folder)
     except PeerViewError as error:
-        return {"error": str(error)}
+        return {"error": printable(str(error), max_chars=500)}
     rows = []
-    for peer_id in sorted(view.scores.keys() | view.rejections.keys()):
+    known = view.scores.keys() | view.rejections.keys()
+    for peer_id in kept_peers(known, {}, view.scores, view.rejections, max_peers=MAX_PEERS):
         score = view.scores.get(peer_id)
         until = score.muted_until if score is not None and muted_now(score, now) else None
         rows.append({
-            "peer_id": peer_id,
+            "peer_id": printable(peer_id),
             "score": None if score is None else _number(score.score),
             "good": None if score is None else _number(score.good),
             "bad": None if score is None else _number(score.bad),
             "muted_for_s": None if until is None else _number(until - now),
             "mutes": None if score is None else score.mutes,
-            "rejections": view.rejections.get(peer_id, {}),
+            "rejections": {printable(reason): count for reason, count in view.rejections.get(peer_id, {}).items()},
         })
     return {"round": view.round, "time": view.time, "announce_failures": view.announce_failures,
             "poll_failures": view.poll_failures, "alone_seconds": _number(view.alone_seconds),
-            "peers": rows[:MAX_PEERS], "more": max(0, len(rows) - MAX_PEERS)}
+            "peers": rows, "more": len(known) - len(rows) + view.left_out}
 
 
 def _finite(value: object) -> TypeGuard[int | float]:

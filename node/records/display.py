@@ -1,10 +1,15 @@
 """What a running node shows on its terminal, one step at a time.
 
-Two displays behind one small interface (``show(record)`` each step, ``close()`` at the end), both
-reading the flat records that ``metrics.py`` writes to ``metrics.jsonl``:
+Two displays behind one small interface (``show(record, rejections)`` each step, ``close()`` at the end), both
+reading the flat records that ``metrics.py`` writes to ``metrics.jsonl`` (and the table, the rejections by peer
+that ``peers.json`` holds):
 - ``TableDisplay``: a live rich table of the last steps and, below it, the peers whose groups this
-  node trained on, redrawn in place each step (on a terminal); the caption counts muted peers;
+  node trained on or that it refused (at most ``MAX_PEER_ROWS``), redrawn in place each step (on a terminal);
+  the caption counts muted peers;
 - ``LineDisplay``: one summary line per step (``summary_line``), for logs and pipes.
+
+Peer ids reach the terminal through ``printable`` (no control or bidi character of a peer's), and as rich
+``Text``, never as markup.
 
 ``make_display("auto" | "table" | "lines", echo)`` picks one; ``auto`` shows the table only when
 standard output is a terminal.
@@ -16,7 +21,7 @@ follows them by name, in the summary line and as a column of the table, with no 
 
 import math
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -24,17 +29,22 @@ from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from ftis.node.figures import Figure, declared
+from ftis.node.printable import printable
 from ftis.node.records.round_report import ALONE_AFTER_S, RoundReport
 from ftis.node.trainer.step_figures import FIGURES, record_key
 
 Record = Mapping[str, Any]
+Rejections = Mapping[str, Mapping[str, int]]  # peer -> reason -> count since the start
+MAX_PEER_ROWS = 20  # the table's peers: those trained on this step first, then the most groups, the most refused
+MAX_PEERS_COUNTED = 1024  # peers whose groups the table counts since the start: those trained on most lately
 
 
 class Display(Protocol):
-    def show(self, record: Record) -> None:
-        """Show one step's record."""
+    def show(self, record: Record, rejections: Rejections | None = None) -> None:
+        """Show one step's record; ``rejections``: by peer (``peers.json``'s), for the table's peers."""
         ...
 
     def close(self) -> None:
@@ -57,7 +67,7 @@ class LineDisplay:
     def __init__(self, echo: Callable[[str], None]):
         self._echo = echo
 
-    def show(self, record: Record) -> None:
+    def show(self, record: Record, rejections: Rejections | None = None) -> None:
         self._echo(summary_line(record))
 
     def close(self) -> None:
@@ -82,14 +92,14 @@ def summary_line(record: Record) -> str:
                    f" trunc {percent(r['train_truncated_fraction'])}  D {r['train_divergence_mean']:.3f}"
                    + "".join(f"  {name} {value}" for name, value in _more_figures(r).items()))
     elif r.get("train_refused"):
-        culprits = ", ".join(r.get("train_nonfinite_peers") or []) or "no single peer"
+        culprits = ", ".join(printable(peer) for peer in r.get("train_nonfinite_peers") or []) or "no single peer"
         trained = f"STEP REFUSED: loss or gradient not finite (from {culprits})"
     else:
         trained = "no step (no reward variance)"
     speed = (f"gen {r['generation_tokens_per_s']:.0f} tok/s  train {r['train_tokens']} tok"
              f" {r['train_tokens_per_s']:.0f} tok/s")
     traffic = f"sent {size(r['bytes_sent'])} recv {size(r['bytes_received'])}"
-    muted = f"  muted {len(r['muted_peers'])}" if r["muted_peers"] else ""
+    muted = f"  muted {r['peers_muted']}" if r["peers_muted"] else ""
     return (f"round {r['round']:>5}  v{r['train_policy_version']:<5} {rewards}  {groups}  {trained}  {speed}  "
             f"{traffic}  rejected {_rejections(r['rejections'])}{muted}{_contact(r)}")
 
@@ -108,16 +118,20 @@ class TableDisplay:
 
     def __init__(self, console: Console, rows: int = 8):
         self._records: deque[Record] = deque(maxlen=rows)
-        self._groups_total: dict[str, int] = {}
+        self._groups_total: OrderedDict[str, int] = OrderedDict()  # the peers trained on most lately last
+        self._rejections: Rejections = {}
         self._eval: tuple[int, float] | None = None  # (round, accuracy) of the latest evaluation
         # No refresh thread: the table changes once per step, and is redrawn then.
         self._live = Live(console=console, auto_refresh=False, redirect_stdout=True, redirect_stderr=True)
         self._started = False
 
-    def show(self, record: Record) -> None:
+    def show(self, record: Record, rejections: Rejections | None = None) -> None:
         self._records.append(record)
+        self._rejections = rejections or {}
         for peer, count in record["peer_groups_by_peer"].items():
-            self._groups_total[peer] = self._groups_total.get(peer, 0) + count
+            self._groups_total[peer] = self._groups_total.pop(peer, 0) + count
+        while len(self._groups_total) > MAX_PEERS_COUNTED:
+            self._groups_total.popitem(last=False)
         if record["eval_accuracy"] is not None:
             self._eval = (record["round"], record["eval_accuracy"])
         if not self._started:  # started at the first step, so lines printed before it stay above
@@ -136,8 +150,8 @@ class TableDisplay:
     def _steps_table(self) -> Table:
         latest = self._records[-1]
         caption = f"rejected this step: {_rejections(latest['rejections'])}"
-        if latest["muted_peers"]:
-            caption += f"   muted peers: {len(latest['muted_peers'])}"
+        if latest["peers_muted"]:
+            caption += f"   muted peers: {latest['peers_muted']}"
         if self._eval is not None:
             caption += f"   eval accuracy {self._eval[1]:.3f} at round {self._eval[0]}"
         caption += _contact(latest)
@@ -176,10 +190,18 @@ class TableDisplay:
                       header_style="bold")
         for name in ("peer", "this step", "total", "rejected (total)"):
             table.add_column(name, justify="left" if name == "peer" else "right")
-        rejected = latest["rejections_by_peer"]
-        for peer in sorted(set(self._groups_total) | set(rejected)):
-            table.add_row(_short(peer), str(latest["peer_groups_by_peer"].get(peer, 0)),
+        this_step, rejected = latest["peer_groups_by_peer"], self._rejections
+
+        def telling(peer: str) -> tuple[int, int, int, str]:
+            return (this_step.get(peer, 0), self._groups_total.get(peer, 0), sum(rejected.get(peer, {}).values()),
+                    peer)
+
+        peers = sorted(self._groups_total.keys() | rejected.keys(), key=telling, reverse=True)
+        for peer in peers[:MAX_PEER_ROWS]:
+            table.add_row(Text(printable(_short(peer))), str(this_step.get(peer, 0)),
                           str(self._groups_total.get(peer, 0)), _rejections(rejected.get(peer, {})))
+        if len(peers) > MAX_PEER_ROWS:
+            table.add_row(f"{len(peers) - MAX_PEER_ROWS} more", "", "", "")
         if not table.row_count:
             table.add_row("none yet", "0", "0", "0")
         return table

@@ -5,8 +5,9 @@ One flat record per step (``report_record``) is the single source of every outpu
 - ``DIR/tensorboard/``: TensorBoard event files, one scalar per figure (``tensorboard_scalars`` names
   them; view with ``tensorboard --logdir DIR/tensorboard``);
 - the terminal (``display.py``): a live table, or one summary line per step off a terminal;
-- ``DIR/peers.json``: the node's scores of its peers (``swarm/peer_view.py``), replaced every step, for
-  ``ftis-node status --node DIR``.
+- ``DIR/peers.json``: the node's tables of its peers (scores, mutes, rejections and use by peer), for at most
+  ``peer_tables.MAX_PEERS_KEPT`` peers (``swarm/peer_view.py``), replaced every step, for ``ftis-node status --node
+  DIR`` and the dashboard; ``metrics.jsonl`` holds their counts, so that its lines do not grow with the peers.
 
 A figure is declared once: a round's as a field of ``RoundReport`` (``round_report.py``), the training
 step's as a field of ``StepFigures`` (``trainer/step_figures.py``); its record key, its TensorBoard tag and
@@ -29,10 +30,11 @@ from typing import IO, Any
 from ftis.node import figures
 from ftis.node.config import MetricsConfig
 from ftis.node.records.display import Display, make_display
+from ftis.node.records.peer_tables import round_peer_view
 from ftis.node.records.round_report import RoundReport, SwarmFigures
 from ftis.node.records.utilisation import LoopLap
 from ftis.node.records.writer import BackgroundWriter
-from ftis.node.swarm.peer_view import PeerView, write_peer_view
+from ftis.node.swarm.peer_view import write_peer_view
 from ftis.node.swarm.transport import TransportStats
 
 Record = dict[str, Any]
@@ -132,13 +134,11 @@ class RunMetrics:
         record = report_record(report, self._previous, eval_accuracy, loop, alone_s)
         self._previous = report.transport
         self.log.write(record)
-        self._writer.submit(write_peer_view, self._folder, PeerView(  # for ftis-node status --node
-            record["time"], report.round, report.scores, record["rejections_by_peer"],
-            announce_failures=report.transport.announce_failures, poll_failures=report.transport.poll_failures,
-            alone_seconds=alone_s, directory=self._directory, use=report.peer_use))
+        view = round_peer_view(report, record["time"], alone_s, self._directory)
+        self._writer.submit(write_peer_view, self._folder, view)  # for ftis-node status --node, the dashboard
         if self.tensorboard is not None:
             self._writer.submit(self.tensorboard.write, record)
-        self.display.show(record)
+        self.display.show(record, view.rejections)
         return record
 
     def flush(self) -> None:

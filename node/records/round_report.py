@@ -7,6 +7,11 @@ and a part of the terminal's summary line and a column of its table when ``shown
 The training step's figures are a section of it (``StepFigures``, keys ``train_<name>``), and so are the
 swarm's (``SwarmFigures``: traffic, rejections, scores) and the backend's counters (``generator_<name>``).
 
+A record's size does not grow with the number of peers: what it holds per peer is bounded by a step's peer
+groups (``peer_groups_by_peer``, the step's ``train_filtered_by_peer``); the tables of every peer (scores, mutes,
+rejections and use by peer) are summed up here as counts, and kept whole, up to a bound, in ``peers.json``
+(``records/peer_tables.py``).
+
 ``Node.run_round`` fills in what the round measures; the run loop fills in the rest when it records the
 round (``metrics.report_record``): the evaluation's accuracy, the swarm's figures since its previous record,
 the seconds alone and its share of the loop's wall time.
@@ -42,9 +47,12 @@ class SwarmFigures:
     bytes_received_total: int = figure(0, tag="swarm/bytes_received_total")
     rejections: dict[str, int] = figure(factory=dict, tag="rejections", total="rejections/all")  # by reason
     rejections_total: dict[str, int] = figure(factory=dict)  # ...since the start
-    rejections_by_peer: dict[str, dict[str, int]] = figure(factory=dict)  # ...since the start, by peer
-    peer_scores: dict[str, float] = figure(factory=dict, tag="peers/score")  # reputation.py
-    muted_peers: list[str] = figure(factory=list, tag="peers/muted")  # tagged: how many
+    peers_rejected: int = figure(0, tag="peers/rejected")  # peers with a rejection since the start (those tracked)
+    # the peers this node judges (reputation.py): how many, the lowest and the mean score (NaN: none), how many muted
+    peers_scored: int = figure(0, tag="peers/scored")
+    peer_score_min: float = figure(NAN, tag="peers/score_min")
+    peer_score_mean: float = figure(NAN, tag="peers/score_mean")
+    peers_muted: int = figure(0, tag="peers/muted")
     announce_failures_total: int = figure(0, tag="swarm/announce_failures_total")
     poll_failures_total: int = figure(0, tag="swarm/poll_failures_total")
     serves_turned_away_total: int = figure(0, tag="swarm/serves_turned_away_total")
@@ -60,6 +68,7 @@ class SwarmFigures:
                 scores: Mapping[str, PeerScore]) -> "SwarmFigures":
         """The figures of ``now``, counted since ``before`` (None: since the start) where per record."""
         before = before or TransportStats()
+        judged = [peer.score for peer in scores.values()]
         return cls(
             bytes_sent=now.published_bytes - before.published_bytes,
             bytes_received=now.delivered_bytes - before.delivered_bytes,
@@ -69,9 +78,11 @@ class SwarmFigures:
             bytes_received_total=now.delivered_bytes,
             rejections=_by_reason(now.rejections, before.rejections),
             rejections_total=_by_reason(now.rejections, {}),
-            rejections_by_peer=_by_peer(now.rejections),
-            peer_scores={peer: judged.score for peer, judged in scores.items()},
-            muted_peers=sorted(peer for peer, judged in scores.items() if judged.muted_until is not None),
+            peers_rejected=len({peer for (peer, _), count in now.rejections.items() if count}),
+            peers_scored=len(judged),
+            peer_score_min=min(judged, default=NAN),
+            peer_score_mean=sum(judged) / len(judged) if judged else NAN,
+            peers_muted=sum(peer.muted_until is not None for peer in scores.values()),
             announce_failures_total=now.announce_failures,
             poll_failures_total=now.poll_failures,
             serves_turned_away_total=now.serves_turned_away,
@@ -101,9 +112,8 @@ class RoundReport:
     unusable_groups: int = figure(0, tag="groups/unusable")
     # peers' groups not scored: past the step's budget, or once its time for scoring was spent (intake/admission.py)
     unscored_groups: int = figure(0, tag="groups/unscored")
-    # how this node last trained on each peer's groups: "token" (its ids), "sequence" (another tokenizer: its
-    # texts in this node's tokens) or "none" (nothing usable: no task of this node's, no texts...)
-    peer_use: dict[str, str] = figure(factory=dict)
+    # the peers by how this node last trained on their groups (``peer_use``), made here: form -> peers
+    peers_by_use: dict[str, int] = figure(factory=dict, init=False, tag="peers/use")
     generation_tokens: int = figure(0)
     generation_seconds: float = figure()
     # generation_tokens / generation_seconds, made here from those two (not passed)
@@ -127,10 +137,17 @@ class RoundReport:
     transport: TransportStats = field(default_factory=TransportStats, repr=False)  # since the start
     seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of the round's parts (utilisation.py)
     scores: dict[str, PeerScore] = field(default_factory=dict)  # peers as this node judges them (reputation.py)
+    # how this node last trained on each peer's groups (the newest peers, intake.py): "token" (its ids), "sequence"
+    # (another tokenizer: its texts in this node's tokens) or "none" (nothing usable: no task of this node's...)
+    peer_use: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         speed = self.generation_tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
         object.__setattr__(self, "generation_tokens_per_s", speed)
+        by_use: dict[str, int] = {}
+        for form in self.peer_use.values():
+            by_use[form] = by_use.get(form, 0) + 1
+        object.__setattr__(self, "peers_by_use", dict(sorted(by_use.items())))
 
 
 def _by_reason(now: Mapping[tuple[str, str], int], before: Mapping[tuple[str, str], int]) -> dict[str, int]:
@@ -143,7 +160,8 @@ def _by_reason(now: Mapping[tuple[str, str], int], before: Mapping[tuple[str, st
     return dict(sorted(counts.items()))
 
 
-def _by_peer(rejections: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+def rejections_by_peer(rejections: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    """The transport's rejections (``TransportStats.rejections``) as peer -> reason -> count."""
     peers: dict[str, dict[str, int]] = {}
     for (peer, reason), count in sorted(rejections.items()):
         peers.setdefault(peer, {})[reason] = count

@@ -14,6 +14,7 @@ from ftis.node.config import NodeConfig
 from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.evaluation.periodic_eval import PeriodicEval
 from ftis.node.records.metrics import RunMetrics
+from ftis.node.records.round_report import rejections_by_peer
 from ftis.node.records.utilisation import LoopClock
 from ftis.node.runner.alone import Alone
 from ftis.node.runner.checkpointer import Checkpointer
@@ -109,10 +110,10 @@ def run_node(node: Node, rounds: int | None, out: Path, echo: Callable[[str], No
             if (warning := alone.check(peers + len(report.peer_groups_by_peer), report.transport)) is not None:
                 echo(warning)
             with clock.part("metrics"):
-                record = metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy,
-                                        loop=lap, alone_s=alone.seconds())
+                metrics.record(report, eval_accuracy=None if evaluated is None else evaluated.accuracy, loop=lap,
+                               alone_s=alone.seconds())
             g = loss_params(node.config.loss, step=node.trainer.policy_version).divergence_threshold
-            for line in mutes.check(report.scores, record["rejections_by_peer"], time.time(), g):
+            for line in mutes.check(report.scores, rejections_by_peer(report.transport.rejections), time.time(), g):
                 echo(line)
             done += 1
             with clock.part("checkpoint"):

@@ -10,6 +10,7 @@ divergence filter, with g and the settings that change it.
 
 from dataclasses import dataclass, field
 
+from ftis.node.printable import printable
 from ftis.node.swarm.inbox import PEER_FAULTS
 from ftis.node.swarm.reputation import PeerScore
 
@@ -31,6 +32,7 @@ class MuteWatch:
                    f"most of its completions were divergence-filtered (D > g = {threshold:g}); an honest peer "
                    "of another model is, under a small g: raise loss.divergence_threshold, or set "
                    "swarm.mute_below = 0 to never mute")
-            lines.append(f"peer {peer} muted for {score.muted_until - now:.0f} s (score {score.score:.2f}): {why}")
+            lines.append(f"peer {printable(peer)} muted for {score.muted_until - now:.0f} s "
+                         f"(score {score.score:.2f}): {why}")
         self._muted = muted
         return lines

@@ -9,7 +9,10 @@ sees the last step's view or the one before, never half of one:
      "peers": {peer id: {"score": 0.93, "good": 11.2, "bad": 0.8, "muted_until": null, "mutes": 0,
                          "rejections": {reason: count since the node started}, "use": "token"}},
      "dht": {"announce_failures": 0, "poll_failures": 0, "alone_seconds": 0.0},
-     "directory": "directory: 625 shards, 2 read per poll, ..."}
+     "directory": "directory: 625 shards, 2 read per poll, ...", "left_out": 0}
+
+``peers`` holds a bounded number of peers, those that tell most (``records/peer_tables.py``); ``left_out``: how
+many more the node keeps records of (absent in an older node's file: 0).
 
 ``dht``: the node's failed announcements and reads of the DHT since it started, and the seconds since it
 last saw a peer (absent in a file an older node wrote: read as zeros). ``directory``: how the node reads the
@@ -47,6 +50,7 @@ class PeerView:
     alone_seconds: float = 0.0  # since the node last saw a peer
     directory: str = ""  # how the node reads the swarm: shards, read per poll, fetch budget
     use: dict[str, str] = field(default_factory=dict)  # peer id -> "token", "sequence" or "none"
+    left_out: int = 0  # peers the node keeps records of beyond those in the view
 
 
 def write_peer_view(folder: Path, view: PeerView) -> Path:
@@ -61,7 +65,7 @@ def write_peer_view(folder: Path, view: PeerView) -> Path:
         peers.setdefault(peer, {"rejections": {}})["use"] = form
     data = {"time": view.time, "round": view.round, "peers": dict(sorted(peers.items())),
             "dht": {"announce_failures": view.announce_failures, "poll_failures": view.poll_failures,
-                    "alone_seconds": view.alone_seconds}, "directory": view.directory}
+                    "alone_seconds": view.alone_seconds}, "directory": view.directory, "left_out": view.left_out}
     return write_atomic(folder / PEER_VIEW_FILE, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
@@ -85,7 +89,7 @@ def read_peer_view(folder: Path) -> PeerView:
                         announce_failures=int(dht.get("announce_failures", 0)),
                         poll_failures=int(dht.get("poll_failures", 0)),
                         alone_seconds=float(dht.get("alone_seconds", 0.0)),
-                        directory=str(data.get("directory", "")), use=use)
+                        directory=str(data.get("directory", "")), use=use, left_out=int(data.get("left_out", 0)))
     except FileNotFoundError:
         raise PeerViewError(f"{path} does not exist: is a node running with --out {folder}?") from None
     except OSError as error:

@@ -1,7 +1,10 @@
-"""The members table ``ftis-node status`` prints, with a node's scores and mutes when given its view."""
+"""The members table ``ftis-node status`` prints, with a node's scores and mutes when given its view. What members
+wrote of themselves (peer id, model, adapter, relays) is shown through ``printable``: a terminal sees no control,
+bidi or zero-width character of theirs, and no string longer than ``MAX_SHOWN_CHARS``."""
 
 import time
 
+from ftis.node.printable import printable
 from ftis.node.swarm.inbox import TOKENIZER
 from ftis.node.swarm.peer_view import PeerView, muted_now
 from ftis.node.swarm.transport import Member
@@ -15,15 +18,17 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
         return f"run {run_id!r}: no members are announcing" + ("" if view is None else "\n" + dht_line(view))
     header = ("peer id", "model", "adapter", "policy", "batches", "tokens", "last seen", "reached")
     rows = [
-        (m.peer_id, m.model, m.adapter, str(m.policy_version), str(m.published_batches), str(m.published_tokens),
-         f"{max(0.0, now - m.last_seen):.0f} s ago", reached(m))
+        (printable(m.peer_id), printable(m.model), printable(m.adapter), str(m.policy_version),
+         str(m.published_batches), str(m.published_tokens), f"{max(0.0, now - m.last_seen):.0f} s ago", reached(m))
         for m in members
     ]
     lines = [f"run {run_id!r}: {len(members)} member{'s' if len(members) != 1 else ''}"]
     if view is not None:
         header += ("score", "muted", "used")
         rows = [(*row, *_judgement(view, m.peer_id, now)) for row, m in zip(rows, members, strict=True)]
-        lines.append(f"scores: the node's view of round {view.round}, {max(0.0, now - view.time):.0f} s ago")
+        lines.append(f"scores: the node's view of round {view.round}, {max(0.0, now - view.time):.0f} s ago"
+                     + (f" ({view.left_out} more peers it keeps records of are not in peers.json)"
+                        if view.left_out else ""))
         lines.append(dht_line(view))
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -34,11 +39,11 @@ def members_table(members: list[Member], run_id: str, now: float | None = None, 
 def reached(member: Member) -> str:
     """How the member says peers reach it: "direct", "relay <relay id>" (and how many more), "private" (only from
     its own network), "unreachable" (client mode: its batches are not fetched), or "?" (not said yet, or an older
-    node that does not say)."""
+    node that does not say); printable (``printable``)."""
     if member.reach == "relayed" and member.relays:
         more = f" +{len(member.relays) - 1}" if len(member.relays) > 1 else ""
-        return f"relay {member.relays[0][:16]}…{more}"
-    return "?" if member.reach == "unknown" else member.reach
+        return f"relay {printable(member.relays[0][:16])}…{more}"
+    return "?" if member.reach == "unknown" else printable(member.reach)
 
 
 def _judgement(view: PeerView, peer_id: str, now: float) -> tuple[str, str, str]:
