@@ -13,7 +13,6 @@ from helpers.nodes import DigitTask, make_node
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ftis.node.config import ConfigError, LoopConfig, LossConfig, NodeConfig, TrainerConfig, load_config
-from ftis.node.intake.rounds_barrier import LaterRounds
 from ftis.node.intake.shared_groups import merge_shared
 from ftis.node.intake.shared_prompts import shared_group_id, shared_problems
 from ftis.node.loss import LossInputs, LossParams, compute_loss
@@ -160,7 +159,7 @@ def test_micro_batching_a_merged_group_does_not_change_the_gradient():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
-# --- the runner's side: shared prompts, their ids, later rounds --------------------------------------------
+# --- the runner's side: shared prompts, their ids ----------------------------------------------------------
 
 
 class FiniteTask(DigitTask):
@@ -193,20 +192,6 @@ def test_two_nodes_with_one_swarm_seed_draw_the_same_problems_each_round():
     vertical_a, vertical_b = make_node(hub, "va", seed=1), make_node(hub, "vb", seed=2)
     assert vertical_a._problems() != vertical_b._problems()  # vertical: each node its own prompts
     assert shared_group_id("run-1", 3, 2) == "run-1/3/2"
-
-
-def test_batches_of_later_rounds_wait_for_them():
-    class Item:  # a ReceivedBatch, as far as LaterRounds looks
-        def __init__(self, round_: int):
-            self.batch = type("Batch", (), {"round": round_})()
-
-    later = LaterRounds()
-    early, now, ahead, far = Item(1), Item(2), Item(3), Item(5)
-    assert later.take([early, now, ahead, far], 2) == [early, now]
-    assert len(later) == 2
-    assert later.take([], 3) == [ahead]
-    assert later.take([Item(4)], 4)[0].batch.round == 4 and len(later) == 1
-    assert later.take([], 5) == [far] and len(later) == 0
 
 
 # --- config ---------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ftis.node.swarm.inbox import (
 from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
 from ftis.node.swarm.outbox import Outbox
 from ftis.protocol import Group, encode, read
-from ftis.protocol.announcement import decode_announcement, encode_announcement
+from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES
 
 read_module = importlib.import_module("ftis.protocol.decode")  # the package's ``decode`` is the function
@@ -342,6 +342,55 @@ def test_a_batch_in_flight_is_not_forgotten(clock):
     assert not inbox.consider(p.announcement, p.descriptor)
     assert inbox.deliver("alice", p.descriptor, p.batch, len(p.data))
     assert len(inbox.drain()) == 1
+
+
+def listing(peer: str, rounds: range, created_at: float) -> Announcement:
+    """``peer``'s announcement of the batches ``rounds``, all dated ``created_at`` (no payload behind them)."""
+    return Announcement(run_id=RUN_ID, peer_id=peer, model="m", adapter="full", tokenizer=TOKENIZER,
+                        policy_version=0, published_batches=len(rounds), published_tokens=0, updated_at=created_at,
+                        batches=tuple(BatchDescriptor(r, 1, 1, 100, bytes(32), 0, created_at) for r in rounds))
+
+
+def consider_all(inbox: Inbox, announcement: Announcement) -> None:
+    for descriptor in announcement.batches:
+        inbox.consider(announcement, descriptor)
+
+
+def test_a_peer_listing_new_batches_at_every_poll_is_remembered_up_to_what_one_can_list_within_max_age(clock):
+    # Re-dating its listing ten times a second (a transport asked to poll now, say), 16 new batches each time:
+    # 3,200 in 20 s. It is remembered up to 16 batches per 1-s poll for max_age_s (960), the first seen going first.
+    inbox = make_inbox(clock)
+    for poll in range(200):
+        consider_all(inbox, listing("mallory", range(16 * poll, 16 * (poll + 1)), clock()))
+        clock.advance(0.1)
+    assert len(inbox._seen) == MAX_ANNOUNCED_BATCHES * int(MAX_AGE)
+    counted = dict(rejections(inbox))
+    consider_all(inbox, listing("mallory", range(16), T0))  # forgotten, still listed: answered, not counted again
+    assert dict(rejections(inbox)) == counted
+
+
+def test_sybils_listing_batches_are_remembered_up_to_a_bound_in_all(clock, monkeypatch):
+    monkeypatch.setattr(inbox_module, "MAX_SEEN", 100, raising=False)  # the bound, which an inbox reads when made
+    inbox = make_inbox(clock)
+    for sybil in range(50):
+        consider_all(inbox, listing(f"sybil-{sybil}", range(8), clock()))
+    assert len(inbox._seen) == 100
+
+
+def test_a_batch_forgotten_for_room_is_still_answered_and_one_in_flight_is_kept(clock, monkeypatch):
+    monkeypatch.setattr(inbox_module, "MAX_SEEN", 16, raising=False)
+    inbox = make_inbox(clock)
+    assert fetch(inbox, "alice", 0) and len(inbox.drain()) == 1
+    in_flight = publish(make_batch("alice", 1))
+    assert inbox.consider(in_flight.announcement, in_flight.descriptor)
+    clock.advance(1)
+    for sybil in range(10):
+        consider_all(inbox, listing(f"sybil-{sybil}", range(8), clock()))
+    assert len(inbox._seen) == 16 and ("alice", 0) not in inbox._seen and ("alice", 1) in inbox._seen
+    assert not offer(inbox, "alice", 0)  # delivered, still listed: never fetched again
+    assert inbox.deliver("alice", in_flight.descriptor, in_flight.batch, len(in_flight.data))
+    assert [item.batch.round for item in inbox.drain()] == [1]
+    assert not inbox.consider(in_flight.announcement, in_flight.descriptor)
 
 
 # --- open_payload -----------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, n
 from ftis.node.swarm.reputation import (
     FAILED_WEIGHT,
     FILTERED_WEIGHT,
+    MISSED_WEIGHT,
+    REFUSED_WEIGHT,
     Reputation,
     ReputationSettings,
     mute_length,
@@ -110,6 +112,22 @@ def test_an_honest_peer_on_a_flaky_link_is_not_muted():
         assert not reputation.muted("staller", now)
         reputation.failed("staller", now)
     assert reputation.muted("staller", now)
+
+
+def test_a_peer_that_misses_half_the_rounds_it_is_waited_for_is_muted_and_one_that_misses_a_fifth_is_not():
+    def muted_at(misses) -> int | None:
+        """The round at which a peer that misses the rounds ``misses(k)`` says is muted (30 s a round)."""
+        reputation = Reputation(reputation_settings(SwarmConfig()))
+        for k in range(100):
+            (reputation.missed if misses(k) else reputation.delivered)("peer", T0 + 30.0 * k)
+            if reputation.muted("peer", T0 + 30.0 * k):
+                return k
+        return None
+
+    assert muted_at(lambda k: k % 3 != 0) == 2  # delivers one round in three: muted at its second miss
+    assert muted_at(lambda k: k % 2 == 1) == 27  # one in two: muted, later
+    assert muted_at(lambda k: k % 5 == 4) is None  # misses one in five: never
+    assert MISSED_WEIGHT > REFUSED_WEIGHT > FAILED_WEIGHT  # a missed round held the node up to its deadline
 
 
 def test_the_filter_verdict_weighs_each_batch_the_completions_came_from():

@@ -1,15 +1,17 @@
 """The loop's two modes over the in-memory transport: ``async`` never waits; ``rounds`` waits up to its
 deadline for each live peer's batch of the round, counts the peers that missed it, and falls into
 step with peers that are ahead — with the majority of them, not with one peer's claim — and stops
-waiting for a peer that keeps missing rounds."""
+waiting for a peer that keeps missing rounds. (Hostile peers in rounds mode: tests/test_rounds_hostile.py.)"""
 
 import time
 
+import pytest
 from helpers.nodes import LIMITS, build_node, make_node, node_config
 
-from ftis.node.intake.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED
-from ftis.node.swarm.inbox import MISSED_ROUND
+from ftis.node.intake.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED, ON_TIME_ROUNDS
+from ftis.node.swarm.inbox import LATE_ROUND, MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
+from ftis.node.swarm.reputation import FAILED_WEIGHT, MISSED_WEIGHT
 from ftis.protocol.announcement import Announcement, Reach, encode_announcement
 from ftis.protocol.limits import MAX_ROUND
 
@@ -118,7 +120,9 @@ def test_one_peers_claim_of_a_far_round_moves_no_node_that_has_other_peers():
     assert node.round == 5 and node.transport.stats().published_batches == 3
 
 
-def test_a_lone_peers_claim_moves_a_node_only_as_far_as_it_can_still_publish():
+def test_a_lone_peers_claim_moves_a_joining_node_only_as_far_as_it_can_still_publish():
+    # A node takes the swarm's round at its first round that sees a peer, even from one peer (a running node does
+    # not: tests/test_rounds_hostile.py); never past MAX_JUMP_ROUND.
     hub = MemoryHub()
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub, "node")
@@ -179,3 +183,21 @@ def test_rounds_mode_does_not_wait_for_a_member_that_says_it_is_unreachable():
     assert all(wait < DEADLINE / 2 for wait in waits), waits
     assert node.transport.stats().rejected(MISSED_ROUND) == 0
     assert [m.reach for m in node.transport.members() if m.peer_id == "behind-nat"] == ["unreachable"]
+
+
+def test_a_peer_late_once_after_rounds_on_time_is_charged_as_a_slow_link_and_not_muted():
+    hub = MemoryHub()
+    peer = make_node(hub, "peer", generation=SMALL)
+    node = rounds_node(hub, "node")
+    for _ in range(ON_TIME_ROUNDS):
+        peer.round = node.round
+        peer.run_round()
+        assert node.run_round().waited_seconds < DEADLINE / 2
+    waits = [node.run_round().waited_seconds for _ in range(2)]  # the peer misses two rounds in a row
+    assert all(wait >= DEADLINE for wait in waits), waits
+    rejections = node.transport.stats().rejections
+    assert rejections[("peer", LATE_ROUND)] == 1  # the first, after its record: as a failed fetch
+    assert rejections[("peer", MISSED_ROUND)] == 1  # the second: its record is gone, at full weight
+    score = node.transport.scores()["peer"]
+    assert score.bad == pytest.approx(FAILED_WEIGHT + MISSED_WEIGHT, rel=1e-3)
+    assert score.muted_until is None

@@ -277,8 +277,8 @@ class InboxFuzz:
             count = sum(1 for p, _ in pending if p == peer)
             expect(count <= LIMITS.per_peer_quota, f"{peer} has {count} batches in flight or queued")
         expect(set(inbox._in_flight) <= set(pending), "a batch in flight is not counted against the limits")
-        expect(inbox._deferred <= set(inbox._seen), "a deferred batch is not remembered")
-        expect(set(inbox._forgotten) <= set(self.peers), "the inbox remembers peers that never announced")
+        expect(inbox._seen.deferred <= set(inbox._seen), "a deferred batch is not remembered")
+        expect(set(inbox._seen.watermarks) <= set(self.peers), "the inbox remembers peers that never announced")
         expect(len(inbox.scores()) <= len(self.peers), "the inbox scores peers that never announced")
         self.last_active.update(dict.fromkeys(pending, self.clock.now))
 

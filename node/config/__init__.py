@@ -395,6 +395,12 @@ class LoopConfig(Section):
         0, ge=0, le=MAX_COUNT,
         description="rounds mode: a round also waits (up to the deadline) until this many peers are live (0: none)."
     )
+    rounds_ahead: int = Field(
+        4, ge=1, le=MAX_COUNT,
+        description="rounds mode: a peer's batch up to this many rounds ahead of this node's is fetched and held "
+        "(charged to the peer's quota and the buffer) until this node reaches its round; one further ahead is not "
+        "fetched, and a jump further than this needs two live peers there (a node's first round with peers aside).",
+    )
     grouping: Literal["vertical", "horizontal"] = Field(
         "vertical",
         description='"vertical": a group is one node\'s generation.group_size completions for its own prompt '

@@ -170,8 +170,9 @@ class SwarmConfig(Section):
     mute_below: float = Field(
         0.3, ge=0, le=1, description="A judged peer whose score (good / all evidence, from 0 to 1) falls below this "
         "is muted: its batches are refused unfetched. 0.3 mutes a peer when most of its completions are "
-        "divergence-filtered, over ~82% of its fetches fail after retries, or over 70% of its batches are refused; "
-        "an honest peer on a flaky link (half of all attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
+        "divergence-filtered, over ~82% of its fetches fail after retries, over 70% of its batches are refused, or "
+        "(rounds mode) it misses over ~48% of the rounds it is waited for; an honest peer on a flaky link (half of all "
+        "attempts lost: ~12% of batches) scores ~0.93. 0 never mutes."
     )
     mute_s: float = Field(300.0, gt=0, le=MAX_SECONDS,
                           description="A peer's first mute; each next mute of it lasts twice as long.")

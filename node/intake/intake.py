@@ -105,12 +105,15 @@ class Intake:
 
     def collect(self, round_: int) -> "Collected":
         """The peers' batches for this round's step (those taken early first). Async mode takes what has arrived
-        and never waits; rounds mode waits for this round's batches, and holds later rounds' back."""
+        and never waits; rounds mode waits for this round's batches (later rounds' stay in the transport's inbox,
+        charged, until this node reaches them: ``rounds_barrier.py``)."""
+        if self._rounds_mode:
+            self._barrier.enter(round_)
         received, self._early = [*self._early, *self.transport.receive()], []
         if not self._rounds_mode:
             return Collected(received)
         waited = self._barrier.wait(received, round_)
-        return Collected(self._barrier.later.take(waited.received, round_), waited.seconds, waited.late_peers)
+        return Collected(waited.received, waited.seconds, waited.late_peers)
 
     def score(self, collected: "Collected") -> PeerGroups:
         """Each collected batch scored with this node's task: its usable groups, dated for the mix."""
@@ -186,7 +189,8 @@ class Intake:
         return dict(self._peer_use)
 
     def swarm_round(self) -> int:
-        """Rounds mode: the round most live peers have reached (``rounds_barrier.py``)."""
+        """Rounds mode, once a round is done: the round to jump to, where enough live peers are ahead (-1: none); the
+        transport moves on to the next round (``rounds_barrier.py``)."""
         return self._barrier.swarm_round()
 
 

@@ -14,6 +14,8 @@ Files:
 - ``dht_calls.py``          calls into hivemind's DHT process under a deadline; a lost one is a counted failure.
 - ``inbox.py``              the receive policy both apply (age, run, tokenizer, quotas, once only) and
                             the check of a fetched payload against its announcement.
+- ``seen.py``               the inbox's seen set: each (peer, round) answered once, bounded, pruned in order.
+- ``peer_rounds.py``        each peer's newest round delivered and announced (rounds mode).
 - ``reputation.py``         per-peer scores from delivered, refused, failed and divergence-filtered
                             batches, and mutes for the peers that score too low.
 - ``peer_view.py``          a node's scores of its peers in ``DIR/peers.json``, for ``status --node``.

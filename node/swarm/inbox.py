@@ -1,8 +1,9 @@
 """The receive policy every transport applies, and the bounded buffer of delivered batches.
 
-For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen,
-from another run, older than the max age, another tokenizer (unless the node takes those: their groups
-are trained on per sequence), over the peer's quota or the buffer's bound. After a fetch, ``open`` checks the
+For each batch a peer announces, ``consider`` decides before any byte is fetched: already seen (``seen.py``: a
+bounded set, pruned in order), from another run, older than the max age, another tokenizer (unless the node takes
+those: their groups are trained on per sequence), too many rounds ahead (rounds mode), over the peer's quota or the
+buffer's bound. After a fetch, ``open`` checks the
 payload's size and hash, reads it up to its compressed columns, charges the buffer what inflating them takes
 (known before a byte is inflated: a small frame cannot claim gigabytes) and inflates them; ``deliver`` checks that
 the decoded batch is the one announced (same peer, run, round, tokenizer) and queues it; ``drain`` hands queued
@@ -11,6 +12,12 @@ fetched one at what its decoded ids, log-probs and texts take, so it bounds the 
 Every refusal is counted by peer and reason (``TransportStats.rejections``). Each (peer, sequence
 number) is considered once, so a batch is delivered at most once and a refused one is not asked for
 again (a transport may retry a fetch that failed in transit before it reports the failure).
+
+Rounds mode (``set_round``): ``drain`` hands over the batches of the node's round and earlier ones; a batch of a
+later round stays queued, charged to its peer's quota and to the buffer, until the node reaches its round or it is
+``max_age_s`` old (then dropped, its charge freed); one more than ``ahead`` rounds later is not fetched (``AHEAD``:
+asked about again as the node comes closer). ``peer_rounds`` says each peer's newest round delivered and
+announced (``peer_rounds.py``), which the rounds barrier reads.
 
 The outcomes are also evidence about each peer (``reputation.py``): deliveries count for it, refusals
 for what it sent (``PEER_FAULTS``) and failed fetches against it, and ``report_filtered`` adds the
@@ -30,12 +37,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ftis.node.config import SwarmConfig
+from ftis.node.swarm.peer_rounds import PeerRounds, RoundBook
 from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
 from ftis.node.swarm.sampling import Offer, pick, rank_offers
+from ftis.node.swarm.seen import SeenSet
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor
-from ftis.protocol.limits import MAX_CLOCK_AHEAD_S
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_CLOCK_AHEAD_S
 
 # Rejection reasons, as counted in TransportStats.rejections.
 STALE = "stale"  # created before now - max_age (or dated more than MAX_CLOCK_AHEAD_S ahead of now)
@@ -60,8 +69,13 @@ NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradie
 TOO_LONG = "too_long"
 SCORING_FAILED = "scoring_failed"  # ...or scoring or rebuilding one of its groups raised: that group is unusable
 # Rounds mode: a live peer the node waited for had delivered no batch of the round by the deadline. Counted
-# against it at the weight of a failed fetch (a slow link may be to blame).
+# against it at full weight (``reputation.MISSED_WEIGHT``: it held the node's round up to the deadline)...
 MISSED_ROUND = "missed_round"
+# ...or, where it had been on time for several rounds in a row before (``rounds_barrier.ON_TIME_ROUNDS``), at the
+# weight of a failed fetch: a slow link, once, may be to blame.
+LATE_ROUND = "late_round"
+# Rounds mode: a batch more rounds ahead of the node's than it fetches (``set_round``); asked about again later.
+AHEAD = "ahead"
 
 # Peers' clocks differ by seconds (MAX_CLOCK_AHEAD_S, protocol/limits.py). A batch dated further ahead would
 # stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
@@ -71,8 +85,11 @@ SLOW = "slow"
 MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
 # Per-peer tables are capped (a swarm of thousands, Sybils that come and go): the bad-announcement digests, the
-# forgotten dates and the rejection counts keep the newest this many peers; the seen set is bounded by max_age_s.
+# forgotten dates, the peers' rounds and the rejection counts keep the newest this many peers.
 MAX_PEERS_TRACKED = 4096
+# The seen set's entries in all: a full listing of each peer tracked (65,536 entries, ~17 MB). Per peer, it keeps
+# what a peer can list within max_age_s (``InboxLimits.seen_per_peer``).
+MAX_SEEN = MAX_ANNOUNCED_BATCHES * MAX_PEERS_TRACKED
 # The rejections of peers dropped from the by-peer counts, summed under this name: the counts by reason stay whole.
 OTHER_PEERS = "(other peers)"
 
@@ -80,6 +97,8 @@ OTHER_PEERS = "(other peers)"
 # network may be at fault); the other reasons say nothing about the peer.
 PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT, PROMPT_MISMATCH,
                          NONFINITE, TOO_LONG, SCORING_FAILED})
+# Refusals for now: asked about again at each poll, counted once.
+WAITING = frozenset({PEER_QUOTA, BUFFER_FULL, AHEAD})
 
 
 @dataclass(frozen=True)
@@ -93,12 +112,18 @@ class InboxLimits:
     # batch of another tokenizer with a longer one is refused before its texts are inflated. None: the protocol's
     # bound alone (64 bytes a token).
     max_text_bytes: int | None = None
+    poll_interval_s: float = 1.0  # how often the transport reads the announcements (``swarm.poll_interval_s``)
+
+    @property
+    def seen_per_peer(self) -> int:
+        """The seen entries kept of one peer: as many batches as it can list at every poll for max_age_s."""
+        return MAX_ANNOUNCED_BATCHES * max(1, math.ceil(self.max_age_s / self.poll_interval_s))
 
 
 def inbox_limits(swarm: SwarmConfig) -> InboxLimits:
     """What a node fetches and holds of its peers' batches, from ``[swarm]``."""
     return InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches, swarm.max_buffered_bytes,
-                       other_tokenizers=swarm.other_tokenizers == "sequence")
+                       other_tokenizers=swarm.other_tokenizers == "sequence", poll_interval_s=swarm.poll_interval_s)
 
 
 class Inbox:
@@ -108,14 +133,14 @@ class Inbox:
         self._run_id, self._tokenizer, self._limits, self._clock = run_id, tokenizer, limits, clock
         self._reputation = Reputation(reputation if reputation is not None else reputation_settings(SwarmConfig()))
         self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, int], float] = OrderedDict()  # (peer, round) -> created_at
-        # peer -> newest created_at among its forgotten seen entries: a batch no newer was answered
-        # already (or is stale anyway), so a publisher still listing it is not counted again each poll
-        self._forgotten: OrderedDict[str, float] = OrderedDict()  # the newest MAX_PEERS_TRACKED peers
+        self._seen = SeenSet(limits.max_age_s, limits.seen_per_peer, MAX_SEEN, MAX_PEERS_TRACKED)
         self._pending: dict[tuple[str, int], int] = {}  # (peer, round) -> bytes, in flight or queued
+        self._pending_bytes = 0  # ...their sum,
+        self._pending_by_peer: dict[str, int] = {}  # ...and their count by peer (peers with none left out)
         self._in_flight: dict[tuple[str, int], str] = {}  # -> the tokenizer the batch was announced with
-        # Refused only for lack of room (quota, buffer): counted once, asked again once room frees.
-        self._deferred: set[tuple[str, int]] = set()
+        self._round: int | None = None  # rounds mode: the node's round (``set_round``); None: hand over every batch
+        self._ahead = 0  # ...and how many rounds ahead of it a batch is fetched
+        self._rounds = RoundBook(MAX_PEERS_TRACKED)
         # peer -> digest of its last bad record, counted once (the newest MAX_PEERS_TRACKED peers)
         self._bad_announcements: OrderedDict[str, bytes] = OrderedDict()
         self._next_prune = -float("inf")
@@ -125,31 +150,32 @@ class Inbox:
 
     def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
         """Whether to fetch this announced batch now. Each (peer, round) gets one final answer; a batch
-        refused only for lack of room is asked about again on later polls, and counted once."""
+        refused only for now (``WAITING``: no room, or too far ahead) is asked about again on later polls, and
+        counted once."""
         key = (announcement.peer_id, descriptor.round)
         with self._lock:
             now = self._clock()
-            if now >= self._next_prune:  # at most once a second: a poll considers every listed batch
-                self._forget_older_than(now - self._limits.max_age_s)
+            if now >= self._next_prune:  # at most once a second; what it drops is all it costs (seen.py)
+                self._seen.prune(now, self._pending)
+                self._age_out_held(now)
                 self._reputation.forget_faded(now)
                 self._next_prune = now + 1.0
-            if key in self._seen and key not in self._deferred:
+            if key in self._pending or self._seen.answered(key, descriptor.created_at):
                 return False
-            if descriptor.created_at <= self._forgotten.get(announcement.peer_id, -1.0):
-                return False
-            # a date too far ahead (refused as stale) is remembered as now: forgotten max_age later, like any other
-            self._seen[key] = descriptor.created_at if descriptor.created_at <= now + MAX_CLOCK_AHEAD_S else now
+            if key not in self._seen:
+                # a date too far ahead (refused as stale) is remembered as now: forgotten max_age later, like any other
+                date = descriptor.created_at if descriptor.created_at <= now + MAX_CLOCK_AHEAD_S else now
+                self._seen.add(key, date, now, self._pending)
             reason = self._refusal(announcement, descriptor, now)
-            if reason in (PEER_QUOTA, BUFFER_FULL):
-                if key not in self._deferred:
-                    self._deferred.add(key)
+            if reason in WAITING:
+                if self._seen.defer(key):
                     self._count(announcement.peer_id, reason)
                 return False
-            self._deferred.discard(key)
+            self._seen.settle(key)
             if reason is not None:
                 self._count(announcement.peer_id, reason)
                 return False
-            self._pending[key] = descriptor.bytes
+            self._hold(key, descriptor.bytes)
             self._in_flight[key] = announcement.tokenizer
             return True
 
@@ -162,10 +188,12 @@ class Inbox:
             return TOKENIZER
         if self._reputation.muted(announcement.peer_id, now):
             return MUTED
-        if sum(1 for peer, _ in self._pending if peer == announcement.peer_id) >= self._limits.per_peer_quota:
+        if self._round is not None and descriptor.round > self._round + self._ahead:
+            return AHEAD
+        if self._pending_by_peer.get(announcement.peer_id, 0) >= self._limits.per_peer_quota:
             return PEER_QUOTA
         if (len(self._pending) >= self._limits.max_batches
-                or sum(self._pending.values()) + descriptor.bytes > self._limits.max_bytes):
+                or self._pending_bytes + descriptor.bytes > self._limits.max_bytes):
             return BUFFER_FULL
         return None
 
@@ -185,10 +213,11 @@ class Inbox:
                        and len(batch.groups) == descriptor.groups and batch.num_completion_tokens == descriptor.tokens
                        and batch.policy.policy_version == descriptor.policy_version)
             if not matches:
-                del self._pending[key]
+                self._release(key)
                 self._count(peer_id, NOT_AS_ANNOUNCED)
                 return False
             self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
+            self._rounds.delivered(peer_id, batch.round)
             lateness = min(max(lateness, 0.0), 1.0)
             self._reputation.delivered(peer_id, self._clock(), share=1.0 - lateness)
             if lateness > 0:
@@ -229,11 +258,12 @@ class Inbox:
                 raise Rejected(TOO_LARGE, f"decoding it takes up to {cost} bytes, more than the "
                                           f"{self._limits.max_bytes} this node holds of all its peers' batches "
                                           "(swarm.max_buffered_bytes)")
-            others = sum(self._pending.values()) - self._pending.get(key, 0)
+            others = self._pending_bytes - self._pending.get(key, 0)
             if others + cost > self._limits.max_bytes:
                 raise Rejected(BUFFER_FULL, f"decoding it takes up to {cost} bytes; the batches held leave "
                                             f"{max(self._limits.max_bytes - others, 0)}")
             if key in self._pending:
+                self._pending_bytes += cost - self._pending[key]
                 self._pending[key] = cost
 
     def fresh(self, descriptor: BatchDescriptor) -> bool:
@@ -249,7 +279,7 @@ class Inbox:
         with self._lock:
             if key in self._in_flight:
                 del self._in_flight[key]
-                del self._pending[key]
+                self._release(key)
                 self._count(peer_id, reason)
 
     def choose(self, announcements: Iterable[Announcement], budget: int, tie_s: float, rng: random.Random,
@@ -257,7 +287,15 @@ class Inbox:
         """The announced batches to fetch now, each already ``consider``-ed. ``budget`` 0: every one ``consider``
         takes. Otherwise a fetch budget (``sampling.py``): the freshest (ages in slices of ``tie_s``, better-scored
         peers first, then at random; none older than ``horizon_s``), from distinct peers, as many as the batches
-        in flight or waiting for the trainer leave room for, up to ``budget``."""
+        in flight or waiting for the trainer leave room for, up to ``budget``. Each announcement's newest fresh
+        round is noted first (``peer_rounds``)."""
+        announcements = list(announcements)
+        with self._lock:
+            now = self._clock()
+            for a in announcements:
+                rounds = [d.round for d in a.batches if self._fresh(d, now)]
+                if a.run_id == self._run_id and rounds:
+                    self._rounds.announced(a.peer_id, max(rounds))
         if budget == 0:
             return [(a, d) for a in announcements for d in a.batches if self.consider(a, d)]
         with self._lock:
@@ -304,8 +342,8 @@ class Inbox:
 
     def report_fault(self, peer_id: str, reason: str) -> None:
         """What the node found against the peer beyond the door: a delivered batch at fault once read
-        (``PEER_FAULTS``: charged like a refusal), or a round it missed (``MISSED_ROUND``: like a failed fetch)."""
-        if reason not in PEER_FAULTS | {MISSED_ROUND}:
+        (``PEER_FAULTS``: charged like a refusal), or a round it missed (``MISSED_ROUND``, ``LATE_ROUND``)."""
+        if reason not in PEER_FAULTS | {MISSED_ROUND, LATE_ROUND}:
             raise ValueError(f"{reason!r} is not a fault of the peer's")
         with self._lock:
             self._count(peer_id, reason)
@@ -315,12 +353,30 @@ class Inbox:
         with self._lock:
             return self._reputation.snapshot(self._clock())
 
-    def drain(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+    def set_round(self, round_: int, ahead: int) -> None:
+        """Rounds mode: the node is at round ``round_``; batches of later rounds stay queued (``drain``), and none
+        more than ``ahead`` rounds later is fetched."""
         with self._lock:
-            count = len(self._queue) if max_batches is None else min(max_batches, len(self._queue))
-            batches = [self._queue.popleft() for _ in range(count)]
-            for received in batches:  # leaving the queue frees the peer's quota and the buffer
-                self._pending.pop((received.peer_id, received.batch.round), None)
+            self._round, self._ahead = round_, ahead
+
+    def peer_rounds(self) -> PeerRounds:
+        with self._lock:
+            return self._rounds.snapshot()
+
+    def drain(self, max_batches: int | None = None) -> list[ReceivedBatch]:
+        """The queued batches, oldest first (at most ``max_batches``); in rounds mode, those of the node's round or
+        earlier only."""
+        with self._lock:
+            self._age_out_held(self._clock())
+            batches: list[ReceivedBatch] = []
+            kept: deque[ReceivedBatch] = deque()
+            for received in self._queue:
+                if (max_batches is None or len(batches) < max_batches) and not self._later(received):
+                    batches.append(received)
+                    self._release((received.peer_id, received.batch.round))  # frees the peer's quota and the buffer
+                else:
+                    kept.append(received)
+            self._queue = kept
             return batches
 
     def stats(self) -> TransportStats:
@@ -331,11 +387,42 @@ class Inbox:
                 rejections=dict(self._stats.rejections),
             )
 
+    def _later(self, received: ReceivedBatch) -> bool:
+        """Whether the batch is of a later round than the node's (rounds mode): held in the queue."""
+        return self._round is not None and received.batch.round > self._round
+
+    def _age_out_held(self, now: float) -> None:
+        """Drop the batches held for a later round that are now older than max_age_s, freeing their charge."""
+        cutoff = now - self._limits.max_age_s
+        stale = [r for r in self._queue if self._later(r) and r.batch.created_at < cutoff]
+        for received in stale:
+            self._queue.remove(received)
+            self._release((received.peer_id, received.batch.round))
+            self._tally(received.peer_id, STALE)
+
+    def _hold(self, key: tuple[str, int], size: int) -> None:
+        """Charge a batch to its peer's quota and to the buffer, at ``size`` bytes."""
+        self._pending[key] = size
+        self._pending_bytes += size
+        self._pending_by_peer[key[0]] = self._pending_by_peer.get(key[0], 0) + 1
+
+    def _release(self, key: tuple[str, int]) -> None:
+        """Free what ``_hold`` charged (nothing if it is not held)."""
+        size = self._pending.pop(key, None)
+        if size is None:
+            return
+        self._pending_bytes -= size
+        left = self._pending_by_peer.pop(key[0]) - 1
+        if left:
+            self._pending_by_peer[key[0]] = left
+
     def _count(self, peer_id: str, reason: str) -> None:
         self._tally(peer_id, reason)
         if reason in PEER_FAULTS:
             self._reputation.refused(peer_id, self._clock())
-        elif reason in (FETCH_FAILED, MISSED_ROUND):
+        elif reason == MISSED_ROUND:
+            self._reputation.missed(peer_id, self._clock())
+        elif reason in (FETCH_FAILED, LATE_ROUND):
             self._reputation.failed(peer_id, self._clock())
 
     def _tally(self, peer_id: str, reason: str) -> None:
@@ -350,17 +437,6 @@ class Inbox:
             dropped, its_reasons = self._rejected.popitem(last=False)
             for why in its_reasons:
                 rejections[(OTHER_PEERS, why)] = rejections.get((OTHER_PEERS, why), 0) + rejections.pop((dropped, why))
-
-    def _forget_older_than(self, cutoff: float) -> None:
-        """Seen entries of batches too old to be accepted again anyway: bounded memory."""
-        stale = [key for key, created_at in self._seen.items() if created_at < cutoff and key not in self._pending]
-        for key in stale:
-            created_at = self._seen.pop(key)
-            self._deferred.discard(key)
-            self._forgotten[key[0]] = max(created_at, self._forgotten.get(key[0], created_at))
-            self._forgotten.move_to_end(key[0])
-        while len(self._forgotten) > MAX_PEERS_TRACKED:  # a peer dropped here may have one stale refusal counted again
-            self._forgotten.popitem(last=False)
 
 
 class Rejected(Exception):

@@ -9,6 +9,9 @@ exponentially decayed counts (half-life ``half_life_s``) of evidence, in units o
   large) or an invalid announcement record (``REFUSED_WEIGHT``);
 - bad: a fetch that still failed after its retries (``FAILED_WEIGHT``, lower: the network may be at
   fault, not the peer); a delivery in the second half of its fetch deadline counts partly as one;
+- bad: rounds mode, a round the peer was waited for and missed (``MISSED_WEIGHT``, higher: it held the node's
+  round up to its deadline); one missed after several rounds on time in a row counts as a failed fetch instead
+  (``intake/rounds_barrier.py``: a slow link, once, may be to blame);
 - bad: the divergence filter's verdict. When a step trains on a peer's completions, the share ``f``
   of them dropped because their divergence exceeded g counts ``FILTERED_WEIGHT × f`` for each of the
   peer's batches the step drew them from (so sending more batches does not dilute it). Completions
@@ -28,7 +31,10 @@ twice.
 What the default weights and threshold (0.3) mean, per batch: a peer is muted when more than ~58%
 of its completions are divergence-filtered (honest heterogeneous peers measured a few percent in the
 demo), when more than ~82% of its fetches fail after retries (a flaky link that loses half of all
-attempts loses ~12% of batches with two retries), or when more than 70% of its batches are refused.
+attempts loses ~12% of batches with two retries), when more than 70% of its batches are refused, or, in rounds
+mode, when it misses more than ~48% of the rounds it is waited for (then it is no longer waited for): one that
+delivers one round in three is muted at its second miss, one in two within ~30 rounds, one that misses one in five
+never.
 
 Pure: every call takes the time ``now`` (unix seconds) from its caller; not thread-safe (the
 ``Inbox`` calls it under its lock).
@@ -42,6 +48,7 @@ from ftis.node.config import SwarmConfig
 DELIVERED_WEIGHT = 1.0
 REFUSED_WEIGHT = 1.0
 FAILED_WEIGHT = 0.5
+MISSED_WEIGHT = 2.5
 FILTERED_WEIGHT = 4.0
 PRIOR = 1.0  # good evidence every peer starts with: the score of a newcomer is 1
 _FADED = 1e-3  # evidence below this, with no mute behind it, is forgotten (``forget_faded``)
@@ -107,6 +114,10 @@ class Reputation:
     def failed(self, peer_id: str, now: float, share: float = 1.0) -> None:
         """A batch of the peer could not be fetched, retries included (``share``: that part of a late delivery)."""
         self._add(peer_id, now, bad=FAILED_WEIGHT * share)
+
+    def missed(self, peer_id: str, now: float) -> None:
+        """Rounds mode: the peer missed a round the node waited for."""
+        self._add(peer_id, now, bad=MISSED_WEIGHT)
 
     def filtered(self, peer_id: str, batches: int, completions: int, filtered: int, now: float) -> None:
         """A step trained on ``completions`` of the peer's completions, drawn from ``batches`` of its batches,

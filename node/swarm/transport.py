@@ -11,6 +11,7 @@ from typing import Protocol
 
 from ftis.node.errors import UserError
 from ftis.node.swarm.p2pd_metrics import RelayCounters
+from ftis.node.swarm.peer_rounds import PeerRounds
 from ftis.node.swarm.reputation import PeerScore
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
@@ -75,6 +76,16 @@ class Transport(Protocol):
         """Peers' batches delivered since the last call, oldest first; never blocks."""
         ...
 
+    def set_round(self, round_: int, ahead: int) -> None:
+        """Rounds mode: this node is at round ``round_``. ``receive`` hands over batches of that round or earlier and
+        keeps later ones (charged to their peer's quota and the buffer until this node reaches their round, dropped
+        at ``swarm.max_age_s``); none more than ``ahead`` rounds later is fetched. Never called: every batch."""
+        ...
+
+    def peer_rounds(self) -> PeerRounds:
+        """Each peer's newest round delivered (handed over or held) and announced (``peer_rounds.py``)."""
+        ...
+
     def poll_now(self) -> None:
         """A hint to read peers' announcements now rather than at the next period (rounds mode, while it waits
         for a round's batches); returns at once."""
@@ -95,8 +106,8 @@ class Transport(Protocol):
 
     def report_fault(self, peer_id: str, reason: str) -> None:
         """Evidence for the peer's score found by the node itself: a delivered batch at fault once read
-        (``inbox.PROMPT_MISMATCH``, ``inbox.NONFINITE``) or a round it missed (``inbox.MISSED_ROUND``); counted
-        in ``stats().rejections`` by reason."""
+        (``inbox.PROMPT_MISMATCH``, ``inbox.NONFINITE``) or a round it missed (``inbox.MISSED_ROUND``,
+        ``inbox.LATE_ROUND``); counted in ``stats().rejections`` by reason."""
         ...
 
     def scores(self) -> dict[str, PeerScore]:

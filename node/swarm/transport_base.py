@@ -5,8 +5,9 @@ A transport is two halves. How announcements and payloads travel is its own: a h
 
 - ``TransportBase`` holds the node's ``Outbox`` (its recent batches and the announcement listing them) and its
   ``Inbox`` (the receive policy, the delivered batches, the peers' scores), and answers from them the part of
-  ``Transport`` that involves no network: ``publish`` into the outbox, ``receive`` out of the inbox, ``members``,
-  ``stats``, ``scores`` and the evidence the node reports about its peers. A transport adds where its peers'
+  ``Transport`` that involves no network: ``publish`` into the outbox, ``receive`` out of the inbox (rounds mode:
+  ``set_round``, ``peer_rounds``), ``members``, ``stats``, ``scores`` and the evidence the node reports about its
+  peers. A transport adds where its peers'
   announcements come from (``_peers``) and what its network counts (by extending ``stats``).
 - ``open_fetched`` takes a payload a transport fetched through the inbox (size, hash, charged what decoding
   takes, strict decode); ``refuse`` counts a payload refused on its contents against its peer. The transport
@@ -21,6 +22,7 @@ import logging
 
 from ftis.node.swarm.inbox import Inbox, Rejected
 from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.peer_rounds import PeerRounds
 from ftis.node.swarm.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import RolloutBatch
@@ -45,6 +47,12 @@ class TransportBase:
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         self._check_open()
         return self._inbox.drain(max_batches)
+
+    def set_round(self, round_: int, ahead: int) -> None:
+        self._inbox.set_round(round_, ahead)
+
+    def peer_rounds(self) -> PeerRounds:
+        return self._inbox.peer_rounds()
 
     def members(self) -> list[Member]:
         """The peers as last read, plus this node once it has published, by peer id."""
