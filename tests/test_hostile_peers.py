@@ -513,11 +513,12 @@ def test_a_flood_of_announcements_keeps_the_honest_nodes_memory_and_cpu_bounded(
     honest.peer.clock.advance(MAX_AGE_S + 70)
     try:
         before = honest.rejections(mallory.peer_id)
-        round_ = mallory.publish(b"\0").round  # a record to read: the next consider prunes the seen set
-        # wait until its batch got its answer (stale, to the shifted clock), so that it is not fetched once the
-        # clock is back: its bytes would be a decode error, charged during a later test
-        world.swarm.wait_until(lambda: (mallory.peer_id, round_) in inbox._seen and delta(
-            honest.rejections(mallory.peer_id), before), "the next record is read")
+        descriptor = mallory.publish(b"\0")  # a record to read: the next consider prunes the seen set
+        # wait until its batch got its answer (stale, to the shifted clock: its peer's seen watermark), so that it
+        # is not fetched once the clock is back: its bytes would be a decode error, charged during a later test
+        world.swarm.wait_until(lambda: STALE in delta(honest.rejections(mallory.peer_id), before),
+                               "the next record is read")
+        assert inbox._seen.answered((mallory.peer_id, descriptor.round), descriptor.created_at)
         assert len(inbox._seen) <= seen + MAX_ANNOUNCED_BATCHES
     finally:
         honest.peer.clock.shift = 0.0
