@@ -92,19 +92,41 @@ def test_a_batch_held_for_a_later_round_is_dropped_once_stale():
 
 def test_a_running_node_is_not_dragged_far_by_its_only_peers_claim():
     # In step with Mallory for two rounds, then Mallory's batch says round 2**40 - 1. A joining node would take the
-    # swarm's round from one peer; a running one jumps further than loop.rounds_ahead only with two peers there.
+    # swarm's round from one peer; a running one jumps further than loop.rounds_ahead only with two peers there,
+    # and otherwise moves to the window's end: rounds_ahead rounds a round at most.
     hub = MemoryHub()
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub)
+    ahead = node.config.loop.rounds_ahead
     for _ in range(2):
         publish_round(mallory, node.round)
         node.run_round()
     publish_round(mallory, MAX_ROUND)
-    report = node.run_round()
-    assert node.round == 3
+    report = node.run_round()  # round 2
+    assert node.round == 2 + ahead
     assert report.waited_seconds < DEADLINE / 2  # a peer that says it is far ahead is not waited for
     node.run_round()
-    assert node.round == 4 and node.transport.stats().published_batches == 4
+    assert node.round == 2 + 2 * ahead and node.transport.stats().published_batches == 4
+
+
+def test_a_running_node_behind_its_only_peer_catches_up_a_window_at_a_time():
+    # The node stalled (a long evaluation, say) while its one peer ran on 20 rounds: the node cannot take its round
+    # from one peer at once, but reaches it rounds_ahead rounds at a time, and trains on its batch there.
+    hub = MemoryHub()
+    peer = make_node(hub, "peer", generation=SMALL)
+    node = rounds_node(hub)
+    ahead = node.config.loop.rounds_ahead
+    for _ in range(2):
+        publish_round(peer, node.round)
+        node.run_round()
+    publish_round(peer, 22)
+    rounds = []
+    while node.round < 22:
+        report = node.run_round()
+        assert report.waited_seconds < DEADLINE / 2
+        rounds.append(node.round)
+    assert rounds == [*range(2 + ahead, 22, ahead), 22]  # the last step: the batch of 22 is within the window
+    assert node.run_round().peer_groups_received == 1  # round 22: the peer's batch of it
 
 
 def test_a_running_node_follows_two_peers_that_are_far_ahead():

@@ -399,7 +399,8 @@ class LoopConfig(Section):
         4, ge=1, le=MAX_COUNT,
         description="rounds mode: a peer's batch up to this many rounds ahead of this node's is fetched and held "
         "(charged to the peer's quota and the buffer) until this node reaches its round; one further ahead is not "
-        "fetched, and a jump further than this needs two live peers there (a node's first round with peers aside).",
+        "fetched. A running node jumps further than this only to a round two live peers have reached (else this "
+        "far: it catches up, or is moved by one peer, this many rounds a round at most).",
     )
     grouping: Literal["vertical", "horizontal"] = Field(
         "vertical",

@@ -21,7 +21,9 @@ announces itself and never publishes (a ghost) costs a few deadlines, not every 
 A node that finds its peers ahead jumps to their round (``swarm_round``), so the swarm falls into step: to a round
 a strict majority of its live peers have reached, and, beyond the window, at least ``FAR_JUMP_QUORUM`` of them,
 unless this node is joining (its first round that sees a peer: a joining or restarting node takes the swarm's round
-even from one peer). So one peer's claim of a far-off round moves no running node.
+even from one peer). Short of that quorum it moves to the window's end: a node that fell behind its only peer (a
+long evaluation, say) catches up ``loop.rounds_ahead`` rounds at a time, and one peer's claim of a far-off round
+moves a running node no faster.
 """
 
 import time
@@ -98,8 +100,9 @@ class RoundsBarrier:
     def swarm_round(self) -> int:
         """The newest round enough live peers have reached (delivered or announced a batch of it or a later one): a
         strict majority of them, and at least ``FAR_JUMP_QUORUM`` for a round beyond the window unless this node is
-        joining; at most ``MAX_JUMP_ROUND``; -1 when none. The transport moves on to this node's next round: the
-        larger of that and the round after the last one waited for (as ``runner/node.py`` takes it)."""
+        joining (else the window's end); at most ``MAX_JUMP_ROUND``; -1 when none. The transport moves on to this
+        node's next round: the larger of that and the round after the last one waited for (as ``runner/node.py``
+        takes it)."""
         live = self._live_peers()
         rounds = self.transport.peer_rounds()
         reached = sorted((rounds.newest(peer) for peer in live), reverse=True)
@@ -110,7 +113,7 @@ class RoundsBarrier:
         majority = len(live) // 2 + 1
         jump = reached_by(majority)
         if jump > self._round + self._ahead and not self._joining:
-            jump = reached_by(max(majority, FAR_JUMP_QUORUM))
+            jump = max(reached_by(max(majority, FAR_JUMP_QUORUM)), self._round + self._ahead)
         jump = min(jump, MAX_JUMP_ROUND)
         self._joining = self._joining and not live
         if self.config.loop.mode == "rounds":
