@@ -19,6 +19,7 @@ from ftis.protocol.limits import MAX_ROUND
 DEADLINE = 0.4
 SMALL = {"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3}
 ROUNDS = {"mode": "rounds", "round_deadline_s": DEADLINE}
+WINDOW = 4  # loop.rounds_ahead's default: the most a running node moves on a round short of two peers' word
 
 
 def rounds_node(hub: MemoryHub, peer_id: str = "node", clock=time.time, **limits):
@@ -97,16 +98,15 @@ def test_a_running_node_is_not_dragged_far_by_its_only_peers_claim():
     hub = MemoryHub()
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub)
-    ahead = node.config.loop.rounds_ahead
     for _ in range(2):
         publish_round(mallory, node.round)
         node.run_round()
     publish_round(mallory, MAX_ROUND)
     report = node.run_round()  # round 2
-    assert node.round == 2 + ahead
+    assert node.round == 2 + WINDOW
     assert report.waited_seconds < DEADLINE / 2  # a peer that says it is far ahead is not waited for
     node.run_round()
-    assert node.round == 2 + 2 * ahead and node.transport.stats().published_batches == 4
+    assert node.round == 2 + 2 * WINDOW and node.transport.stats().published_batches == 4
 
 
 def test_a_running_node_behind_its_only_peer_catches_up_a_window_at_a_time():
@@ -115,7 +115,7 @@ def test_a_running_node_behind_its_only_peer_catches_up_a_window_at_a_time():
     hub = MemoryHub()
     peer = make_node(hub, "peer", generation=SMALL)
     node = rounds_node(hub)
-    ahead = node.config.loop.rounds_ahead
+    assert node.config.loop.rounds_ahead == WINDOW
     for _ in range(2):
         publish_round(peer, node.round)
         node.run_round()
@@ -125,7 +125,7 @@ def test_a_running_node_behind_its_only_peer_catches_up_a_window_at_a_time():
         report = node.run_round()
         assert report.waited_seconds < DEADLINE / 2
         rounds.append(node.round)
-    assert rounds == [*range(2 + ahead, 22, ahead), 22]  # the last step: the batch of 22 is within the window
+    assert rounds == [*range(2 + WINDOW, 22, WINDOW), 22]  # the last step: the batch of 22 is within the window
     assert node.run_round().peer_groups_received == 1  # round 22: the peer's batch of it
 
 
