@@ -1,0 +1,120 @@
+"""Hostile peers on the in-memory transport: any bytes, published under any peer's name.
+
+A ``MemoryHub`` (``node/swarm/memory.py``) reads each peer's announcement from the object that joined under its
+name and fetches payloads from it by round. ``RawPeer`` stands where a peer's ``Outbox`` stands: it announces and
+serves whatever it is given (a valid batch, one no peer should ever send, bytes that are no batch at all), with any
+descriptor fields (``Case.changes``: a lie about the counts, the date, the size). So the node under test sees what
+it would see from a member of a real swarm that bypassed its own outbox: an announcement that decodes, then
+whatever payload its peer serves (``tests/helpers/hostile_peer.py`` does the same on the real hivemind swarm).
+
+``Identities`` hands out peer ids (hundreds of them, some with odd characters) and each one's next round, so that
+every (peer, round) a fuzz run publishes is new to the node.
+"""
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ftis.protocol import read
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_ROUND
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile batch: what a maker (``hostile.py``) built, as its peer serves it."""
+
+    kind: str  # the maker's name, and its variant ("long_completions/128x8192")
+    peer_id: str
+    round: int  # the round its descriptor lists (the batch's own, where it has one)
+    payload: bytes
+    tokenizer: str  # the fingerprint its peer announces
+    created_at: float  # ...and the creation time its descriptor says
+    changes: dict = field(default_factory=dict)  # descriptor fields that differ from the payload's truth
+
+
+def describe(case: Case) -> BatchDescriptor:
+    """The descriptor a peer announces for ``case``: the payload's true size, hash and counts where it reads as a
+    batch (read only: the payload may be a bomb), then ``case.changes``."""
+    try:
+        batch = read(case.payload)
+        counts = dict(groups=len(batch.layout.group_ids), tokens=batch.layout.num_logprobs,
+                      policy_version=batch.header.policy.policy_version)
+    except Exception:  # no batch at all (the node's own read of it is what the fuzzer judges)
+        counts = dict(groups=1, tokens=1, policy_version=0)
+    descriptor = BatchDescriptor(round=case.round, bytes=len(case.payload),
+                                 sha256=hashlib.sha256(case.payload).digest(), created_at=case.created_at, **counts)
+    return replace(descriptor, **case.changes)
+
+
+class RawPeer:
+    """A hostile peer in a ``MemoryHub``: announces its newest listed cases and serves their payloads."""
+
+    def __init__(self, run_id: str, peer_id: str, clock: Callable[[], float] = time.time):
+        self.run_id, self.peer_id, self._clock = run_id, peer_id, clock
+        self.tokenizer = "none"
+        self._listed: OrderedDict[int, tuple[BatchDescriptor, bytes]] = OrderedDict()  # round -> (descriptor, bytes)
+
+    def list(self, case: Case) -> None:
+        self.tokenizer = case.tokenizer
+        descriptor = describe(case)
+        self._listed[descriptor.round] = (descriptor, case.payload)
+        while len(self._listed) > MAX_ANNOUNCED_BATCHES:
+            self._listed.popitem(last=False)
+
+    def clear(self) -> None:
+        """Serve nothing more (a round's cases are settled: fetched, refused or left)."""
+        self._listed.clear()
+
+    def announcement(self) -> Announcement | None:
+        """What the hub reads for this peer (``Outbox.announcement``'s part); None: it lists nothing."""
+        if not self._listed:
+            return None
+        batches = tuple(descriptor for descriptor, _ in self._listed.values())
+        return Announcement(run_id=self.run_id, peer_id=self.peer_id, model="hostile", adapter="full",
+                            tokenizer=self.tokenizer, policy_version=0, published_batches=len(batches),
+                            published_tokens=sum(d.tokens for d in batches), updated_at=self._clock(),
+                            batches=batches, reach=Reach("direct"))
+
+    def payload(self, round_: int) -> bytes | None:
+        entry = self._listed.get(round_)
+        return entry[1] if entry else None
+
+
+# Names a hostile peer may take besides the plain ones: as long as the protocol allows, odd characters.
+ODD_NAMES = ("\u202eevil\u202c", "nul\x00peer", "e\u0301\u0301\u0301", "\U0001f608" * 4, "x" * 256, " ", "a/b/c",
+             "\ufeffbom", "тест", "名前")
+
+
+@dataclass
+class Identities:
+    """The hostile peers' names, taken in turn, and each one's next round."""
+
+    count: int
+    generation: int = 0
+    next_round: dict[str, int] = field(default_factory=dict)
+    _turn: int = 0
+
+    def names(self) -> list[str]:
+        odd = [(f"{self.generation}." if self.generation else "") + name for name in ODD_NAMES]
+        odd = [name[:256] for name in odd]
+        return [*(f"mallory-{k:04d}.{self.generation}" for k in range(self.count - len(odd))), *odd]
+
+    def take(self) -> str:
+        names = self.names()
+        name = names[self._turn % len(names)]
+        self._turn += 1
+        return name
+
+    def round_of(self, peer_id: str) -> int:
+        return self.next_round.get(peer_id, 0)
+
+    def used(self, peer_id: str, round_: int) -> None:
+        """``peer_id`` listed a batch of ``round_``: its next one is later. A peer that reached the protocol's last
+        rounds starts over under a new generation of names (a (peer, round) is never listed twice)."""
+        self.next_round[peer_id] = max(self.round_of(peer_id), round_ + 1)
+        if self.next_round[peer_id] > MAX_ROUND - MAX_ANNOUNCED_BATCHES:
+            self.generation += 1
+            self.next_round.clear()
