@@ -2,6 +2,7 @@
 
 Run (from the repo root):  python -m benchmarks.fuzz_node [--cases N] [--seed S] [--per-round K] [--out DIR]
                            python -m benchmarks.fuzz_node --replay runs/fuzz-node/escape-1/minimal
+                           python -m benchmarks.fuzz_node --reproduce long-prompt-trusted   (``list``: every one)
 
 --cases: hostile batches in all (default 100,000); --seed: the run's seed (the same seed, the same cases);
 --per-round: cases a hostile round publishes (default 128); --profiles: the node settings it rotates through
@@ -30,7 +31,8 @@ def main() -> None:
     parser.add_argument("--profiles", default="async,rounds,math500", help="Node settings to rotate through.")
     parser.add_argument("--rss-bound", type=float, default=100.0, help="RSS growth allowed after warm-up, MB.")
     parser.add_argument("--out", type=Path, default=Path("runs/fuzz-node"), help="Where reproducers go.")
-    parser.add_argument("--replay", type=Path, help="Replay a saved escape's cases (a folder) and exit.")
+    parser.add_argument("--replay", type=Path, help="Replay a saved finding's cases (a folder) and exit.")
+    parser.add_argument("--reproduce", help="Run a named reproducer (fuzzing/reproducers.py; 'list') and exit.")
     args = parser.parse_args()
 
     import logging
@@ -41,11 +43,13 @@ def main() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeouts are a hostile answer's, and counted
     if args.replay is not None:
         sys.exit(replay(args.replay))
+    if args.reproduce is not None:
+        sys.exit(reproduce(args.reproduce))
     from benchmarks.fuzzing.node import PROFILES
     from benchmarks.fuzzing.run import Settings, fuzz_nodes, write_summary
 
     profiles = tuple(args.profiles.split(","))
-    weights = {"async": 6, "rounds": 3, "math500": 1}
+    weights = dict(zip(Settings.profiles, Settings.weights, strict=True))
     settings = Settings(cases=args.cases, seed=args.seed, cases_per_round=args.per_round, profiles=profiles,
                         weights=tuple(weights.get(p, 1) for p in profiles), rss_bound_mb=args.rss_bound,
                         out=args.out, progress=True)
@@ -75,6 +79,21 @@ def replay(folder: Path) -> int:
     return 1 if findings else 0
 
 
+def reproduce(name: str) -> int:
+    from benchmarks.fuzzing import reproducers
+
+    if name not in reproducers.REPRODUCERS:
+        for known, reproducer in reproducers.REPRODUCERS.items():
+            print(f"{known} ({reproducer.profile}, {reproducer.kind}): {reproducer.what}")
+        return 0 if name == "list" else 2
+    findings = reproducers.reproduce(name)
+    for finding in findings:
+        print(f"FOUND {finding.signature}: {finding.error}\n" + "".join(finding.frames))
+    if not findings:
+        print("nothing found: the node ran both rounds within its bounds")
+    return 1 if findings else 0
+
+
 def report(tally, settings) -> None:
     rate = tally.cases / tally.seconds if tally.seconds else 0.0
     print(f"\n{tally.cases:,} cases in {tally.hostile_rounds:,} hostile rounds (+{tally.honest_rounds:,} honest) in "
@@ -97,7 +116,8 @@ def report(tally, settings) -> None:
         print(f"  {failure}")
     print(f"RSS: {tally.rss_baseline_mb:.0f} MB after warm-up, at most {tally.rss_max_mb:.0f} MB after it (growth "
           f"{tally.rss_growth_mb:.1f} MB, bound {settings.rss_bound_mb:g}), {tally.rss_final_mb:.0f} MB at the end; "
-          f"peak {tally.rss_peak_mb:.0f} MB")
+          f"peak {tally.rss_peak_mb:.0f} MB; {tally.rss_trimmed_mb:.0f} MB once the allocator gave back what it kept "
+          "(malloc_trim)")
     print(f"forward passes: {tally.passes:,} micro-batches, the largest {tally.worst_pass:,} tokens, bound "
           f"{tally.pass_bound:,}")
     print(f"steps refused: {tally.refused_steps}; slowest hostile round {tally.slowest_round[0]:.1f} s "

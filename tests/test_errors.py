@@ -42,6 +42,8 @@ INTERNAL = {
     "ftis.node.swarm.dht_calls.DHTCallLost",
     # a peer's payload refused for a reason: caught and counted by the transport, never raised to a command
     "ftis.node.swarm.inbox.Rejected",
+    # a dashboard request's head too slow or too large: answered 408 or 431 by the server, never raised further
+    "ftis.node.dashboard.heads.HeadRefused",
 }
 
 # Exit codes: a command given something it cannot use exits with USAGE; every other UserError with FAILURE.

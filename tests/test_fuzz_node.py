@@ -15,6 +15,7 @@ from dataclasses import replace
 from benchmarks.fuzzing.node import FuzzNode
 from benchmarks.fuzzing.raw import MAKERS
 from benchmarks.fuzzing.repro import load_cases, replay, save_cases
+from benchmarks.fuzzing.reproducers import reproduce
 from benchmarks.fuzzing.run import Settings, fuzz_nodes
 
 # Two profiles (the async loop with shared prompts; rounds mode, horizontal grouping, trusted peer answers and the
@@ -49,3 +50,15 @@ def test_a_saved_case_replays_on_a_fresh_node(tmp_path):
     [loaded] = load_cases(tmp_path)
     assert loaded == made
     assert replay("async", [loaded]) == []
+
+
+def test_a_number_longer_than_python_reads_in_a_peers_text_costs_its_group_not_the_round():
+    # Another tokenizer's group whose texts answer with 5,000 digits: Fraction("9" * 5000) raises past Python's
+    # 4,300-digit limit, and did so out of run_round.
+    assert reproduce("huge-number-text") == []
+
+
+def test_a_peers_long_prompt_is_never_one_forward_pass_past_the_bound():
+    # A node that trusts its peers' gold answers trains on groups of problems it lacks, whose prompts only the protocol
+    # bounds (32,768 tokens): a 1,025-token prompt must not make a pass past max_tokens_per_microbatch (1,024).
+    assert reproduce("long-prompt-trusted") == []

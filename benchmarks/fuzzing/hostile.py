@@ -12,8 +12,8 @@ variant is drawn from ``rng`` and named in ``Case.kind``. ``raw.py`` holds the b
   lacks (read where ``task.trust_peer_answers`` is set);
 - ``long_completions``: up to the protocol's 32,768 tokens a completion, 128 × 8,192 in one group, a group as wide
   as the protocol allows of completions as long as the node samples;
-- ``long_prompt``: prompts of 1,025 and 4,096 tokens, and (1 time in 10) of 32,768, on the node's problems, on a
-  problem it lacks, in another tokenizer;
+- ``long_prompt``: prompts of 1,025 and 4,096 tokens, and (1 time in 10) of 32,768, or of 1, on the node's
+  problems, on a problem it lacks, in another tokenizer;
 - ``odd_texts``: another tokenizer's texts of bidi and control characters, NULs, combining-character storms,
   special tokens' strings, the answer tags repeated;
 - ``vocab_edge``: ids at the edge of the node's vocabulary and embedding, claimed vocabularies up to 2**24;
@@ -21,7 +21,8 @@ variant is drawn from ``rng`` and named in ``Case.kind``. ``raw.py`` holds the b
 - ``small_groups``: groups of one completion, of one token, all-equal rewards, thousands of groups;
 - ``wrong_refs``: the node's problems behind another problem's prompt, in other splits, at odd indices;
 - ``other_tokenizer``: another tokenizer's groups with and without texts, at the text bound and past it;
-- ``rounds_ahead`` / ``dated``: rounds far ahead or behind (rounds mode holds later ones), dates at the edges;
+- ``rounds_ahead`` / ``dated``: rounds far ahead or behind (rounds mode holds later ones), dates at the edges, the
+  largest policy version;
 - ``horizontal_ids``: the round's shared group ids, with the wrong prompt or a group of 512;
 - ``math_answers``: MATH-style LaTeX answers (nested braces, towers of powers), for a MATH-500 node.
 """
@@ -131,7 +132,7 @@ def long_completions(kit: Kit, rng: random.Random, peer: str, round_: int) -> Ca
 
 def long_prompt(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
     problem = kit.problem(rng)
-    length = MAX_PROMPT_TOKENS if rng.random() < 0.1 else rng.choice([4096, 1025])  # the longest is costly
+    length = MAX_PROMPT_TOKENS if rng.random() < 0.1 else rng.choice([4096, 1025, 1])  # the longest is costly
     own = kit.prompter.ids(problem)
     prompt = np.resize(own, length)
     where = rng.choice(["own_problem", "foreign_problem", "other_tokenizer"])
@@ -277,11 +278,14 @@ def rounds_ahead(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
 
 
 def dated(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
-    """Creation dates at the edges of what the inbox takes: just ahead of its clock, just past it, far behind."""
+    """Creation dates at the edges of what the inbox takes (just ahead of its clock, just past it, far behind), and
+    the largest policy version."""
     offset = rng.choice([59.0, 61.0, -119.0, -10**6, 10**9])
+    version = rng.choice([0, 2**63 - 1])
     problem = kit.problem(rng)
     group = own_group(kit, group_id(peer, round_, 0), problem, [kit.ids(t) for t in varied(problem, 4)])
-    return case(f"dated/{offset:+g}", batch(kit, peer, round_, [group], created_at=max(0.0, time.time() + offset)))
+    made = batch(kit, peer, round_, [group], created_at=max(0.0, time.time() + offset), policy_version=version)
+    return case(f"dated/{offset:+g}/version_{version}", made)
 
 
 def horizontal_ids(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:

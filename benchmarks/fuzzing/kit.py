@@ -128,12 +128,12 @@ def text_group(group_id: str, problem: Problem, texts: Sequence[str], *, ref: Ta
 
 def batch(kit: Kit, peer_id: str, round_: int, groups: Sequence[Group], *, fingerprint: str | None = None,
           vocab_size: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-          max_new_tokens: int | None = None, created_at: float | None = None) -> RolloutBatch:
+          max_new_tokens: int | None = None, created_at: float | None = None, policy_version: int = 0) -> RolloutBatch:
     """A batch of ``peer_id``'s, in the node's tokenizer unless told otherwise (another's: ``OTHER_VOCAB``)."""
     other = fingerprint is not None and fingerprint != kit.fingerprint
     longest = max(int(c.columns.lengths.max()) for c in groups)
     return RolloutBatch(kit.run_id, peer_id, round_, time.time() if created_at is None else created_at,
-                        PolicyInfo("hostile", "", "full", 0),
+                        PolicyInfo("hostile", "", "full", policy_version),
                         TokenizerInfo(fingerprint or kit.fingerprint,
                                       vocab_size or (OTHER_VOCAB if other else kit.vocab_size)),
                         SamplingSettings(temperature, top_p, top_k, max_new_tokens or longest), tuple(groups))

@@ -12,8 +12,9 @@ whole path a peer's bytes take is fuzzed: ``Inbox.open`` (size and hash, strict 
 intake (the door, scoring with the task, another tokenizer's texts rebuilt), the mix, and the trainer's step.
 ``PROFILES`` are the settings it runs under: its defaults where they bound what a peer can cost it, a short round
 (one prompt a round, 128 tokens) so that a round is cheap, and room for 256 batches in its inbox so that one round
-takes hundreds of cases. The profiles cover the async loop; rounds mode with horizontal grouping, trusted peer
-answers and the rows layout (gradient checkpointing), its deadline short (its hostile peers are live and most
+takes hundreds of cases. The profiles cover the async loop with two solved examples before each prompt (~750
+tokens: a shared prefix, groups split across passes); rounds mode with horizontal grouping, trusted peer answers,
+a stop string and the rows layout (gradient checkpointing), its deadline short (its hostile peers are live and most
 never deliver a batch of its round: each round waits the deadline out); and MATH-500 (math_verify) with trusted
 peer answers, on a small local data file.
 
@@ -52,9 +53,10 @@ from ftis.protocol import Group
 BASE = {"model": {"name": "tiny-small"}, "task": {"name": "arithmetic", "arithmetic": {"format": "tags"}},
         "generation": {"prompts_per_round": 1, "max_new_tokens": 128}, "swarm": {"max_buffered_batches": 256}}
 PROFILES: dict[str, dict] = {
-    "async": {},
+    "async": {"task": {"few_shot": 2}},
     "rounds": {"loop": {"mode": "rounds", "grouping": "horizontal", "round_deadline_s": 0.3},
-               "task": {"trust_peer_answers": True}, "trainer": {"gradient_checkpointing": True}},
+               "task": {"trust_peer_answers": True}, "trainer": {"gradient_checkpointing": True},
+               "generation": {"stop": ["</answer>"]}},
     "math500": {"task": {"name": "math500", "split": "train", "trust_peer_answers": True}},
 }
 MATH500_ROWS = [("What is $\\frac{1}{4} + \\frac{1}{4}$?", "\\frac{1}{2}"), ("Simplify $\\sqrt{52}$.", "2\\sqrt{13}"),

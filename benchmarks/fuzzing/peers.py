@@ -8,7 +8,8 @@ it would see from a member of a real swarm that bypassed its own outbox: an anno
 whatever payload its peer serves (``tests/helpers/hostile_peer.py`` does the same on the real hivemind swarm).
 
 ``Identities`` hands out peer ids (hundreds of them, some with odd characters) and each one's next round, so that
-every (peer, round) a fuzz run publishes is new to the node.
+every (peer, round) a fuzz run publishes is new to the node; a muted one is replaced by a new name, as a Sybil
+would, so the cases keep reaching past the inbox (and the node's tables of peers meet thousands of names).
 """
 
 import hashlib
@@ -88,33 +89,33 @@ ODD_NAMES = ("\u202eevil\u202c", "nul\x00peer", "e\u0301\u0301\u0301", "\U0001f6
              "\ufeffbom", "тест", "名前")
 
 
-@dataclass
 class Identities:
     """The hostile peers' names, taken in turn, and each one's next round."""
 
-    count: int
-    generation: int = 0
-    next_round: dict[str, int] = field(default_factory=dict)
-    _turn: int = 0
-
-    def names(self) -> list[str]:
-        odd = [(f"{self.generation}." if self.generation else "") + name for name in ODD_NAMES]
-        odd = [name[:256] for name in odd]
-        return [*(f"mallory-{k:04d}.{self.generation}" for k in range(self.count - len(odd))), *odd]
+    def __init__(self, count: int):
+        self._names = [*(f"mallory-{k:04d}" for k in range(count - len(ODD_NAMES))), *ODD_NAMES]
+        self._next_round: dict[str, int] = {}
+        self._turn = 0
+        self._renamed = 0
 
     def take(self) -> str:
-        names = self.names()
-        name = names[self._turn % len(names)]
+        name = self._names[self._turn % len(self._names)]
         self._turn += 1
         return name
 
     def round_of(self, peer_id: str) -> int:
-        return self.next_round.get(peer_id, 0)
+        return self._next_round.get(peer_id, 0)
 
     def used(self, peer_id: str, round_: int) -> None:
         """``peer_id`` listed a batch of ``round_``: its next one is later. A peer that reached the protocol's last
-        rounds starts over under a new generation of names (a (peer, round) is never listed twice)."""
-        self.next_round[peer_id] = max(self.round_of(peer_id), round_ + 1)
-        if self.next_round[peer_id] > MAX_ROUND - MAX_ANNOUNCED_BATCHES:
-            self.generation += 1
-            self.next_round.clear()
+        rounds is replaced by a new name (a (peer, round) is never listed twice)."""
+        self._next_round[peer_id] = max(self.round_of(peer_id), round_ + 1)
+        if self._next_round[peer_id] > MAX_ROUND - MAX_ANNOUNCED_BATCHES:
+            self.retire(peer_id)
+
+    def retire(self, peer_id: str) -> None:
+        """Replace ``peer_id`` by a new name (a Sybil's next identity: one the node muted is fetched no more)."""
+        if peer_id in self._names:
+            self._renamed += 1
+            self._names[self._names.index(peer_id)] = f"{self._renamed}~{peer_id.split('~')[-1]}"[:256]
+            self._next_round.pop(peer_id, None)

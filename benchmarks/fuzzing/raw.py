@@ -8,7 +8,8 @@ of every maker (``MAKERS``) the node fuzzer draws from.
 - ``bad_texts``: a v3 text column that is not UTF-8 (a stray byte, an overlong form, a lone surrogate, a code point
   past U+10FFFF, a character cut between two completions) or whose frame disagrees with its lengths;
 - ``mutated``: the protocol fuzzer's mutations (``inputs.mutate``) of honest batches of this node's run;
-- ``lying_descriptor``: an honest batch whose announcement lies about its counts, date, size or hash;
+- ``lying_descriptor``: an honest batch whose announcement lies about its counts, date, size or hash, or another
+  peer's batch served as the peer's own;
 - ``bomb``: a batch within every limit the decoder checks before inflating that inflates to hundreds of MB: of
   text in another tokenizer, of text and ids in the node's own, of ids alone (8,388,000 tokens). Their frames are
   made once per process (compressed a chunk at a time, never held inflated) and reused.
@@ -110,11 +111,13 @@ def mutated(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
 
 
 def lying_descriptor(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
-    base = hostile.honest(kit, rng, peer, round_)
-    field = rng.choice(["groups", "tokens", "created_at", "policy_version", "bytes_less", "bytes_more", "sha256"])
+    field = rng.choice(["groups", "tokens", "created_at", "policy_version", "bytes_less", "bytes_more", "sha256",
+                        "another_peers"])
+    base = hostile.honest(kit, rng, f"{peer[:200]}-replayed" if field == "another_peers" else peer, round_)
     change = {"groups": {"groups": 2}, "tokens": {"tokens": 10**6}, "created_at": {"created_at": base.created_at - 1},
               "policy_version": {"policy_version": 7}, "bytes_less": {"bytes": len(base.payload) - 1},
-              "bytes_more": {"bytes": len(base.payload) + 1}, "sha256": {"sha256": rng.randbytes(32)}}[field]
+              "bytes_more": {"bytes": len(base.payload) + 1}, "sha256": {"sha256": rng.randbytes(32)},
+              "another_peers": {}}[field]  # a batch of another peer's, served as its own
     return Case(f"lying_descriptor/{field}", peer, round_, base.payload, base.tokenizer, base.created_at, change)
 
 

@@ -11,13 +11,16 @@ hundreds of batches through decode, the door and scoring, then one training step
 2. **Bounded memory**: the process's RSS, after ``gc.collect()`` at the end of each round, grows less than
    ``rss_bound_mb`` from its level once every profile ran its warm-up rounds (every maker, the bombs included);
 3. **Bounded passes**: no micro-batch's forward passes exceed ``trainer.max_tokens_per_microbatch`` (``Passes``);
-4. **The node goes on**: after each hostile round, an honest peer publishes a batch (the node's problems and
-   prompts, rewards that vary) and the next round trains on it (its groups in the step, the step taken).
+4. **The node goes on**: an honest peer publishes a batch every round (the node's problems and prompts, rewards
+   that vary, its log-probs the node's own), and in the round after each hostile one, which holds no cases, the
+   node trains on it (its groups in the step, the step taken).
 
 Each case's outcome is read from the node (``outcome_of``): refused at the inbox (by reason), charged beyond it, or
 delivered and then trained on, scored, unusable or not taken.
 """
 
+import contextlib
+import ctypes
 import gc
 import json
 import random
@@ -46,7 +49,8 @@ class Settings:
     seed: int = 0
     cases_per_round: int = 128
     profiles: tuple[str, ...] = ("async", "rounds", "math500")
-    weights: tuple[float, ...] = (6, 3, 1)  # each profile's share of the hostile rounds
+    # each profile's share of the hostile rounds: a MATH-500 round takes its scoring time (mix.max_scoring_s, 10 s)
+    weights: tuple[float, ...] = (14, 5, 1)
     identities: int = 512  # hostile peer ids, taken in turn (one case a peer a round while cases_per_round fits)
     warmup_rounds: int = 2  # per profile, before the RSS baseline
     rss_bound_mb: float = 100.0
@@ -76,6 +80,7 @@ class Tally:
     rss_max_mb: float = 0.0
     rss_final_mb: float = 0.0
     rss_peak_mb: float = 0.0  # the process's high-water mark (ru_maxrss), during rounds included
+    rss_trimmed_mb: float = 0.0  # at the end, after malloc_trim: the allocator's kept memory given back
     worst_pass: int = 0
     pass_bound: int = 0
     passes: int = 0
@@ -118,12 +123,22 @@ def fuzz_nodes(settings: Settings) -> Tally:
             if settings.progress and tally.hostile_rounds % 10 == 0:
                 print(f"  {tally.cases:,} cases, {tally.hostile_rounds} rounds, {time.perf_counter() - started:.0f} s, "
                       f"findings {dict(tally.signatures)}, RSS {tally.rss_final_mb:.0f} MB", flush=True)
+        tally.rss_trimmed_mb = _trimmed_rss(process)
     finally:
         for fuzz in nodes.values():
             tally.passes += fuzz.passes.count
             fuzz.close()
     tally.seconds = time.perf_counter() - started
     return tally
+
+
+def _trimmed_rss(process: psutil.Process) -> float:
+    """RSS once glibc gave back the free memory it keeps (``malloc_trim``): what live objects hold, besides what the
+    allocator kept after a peak. The same as the RSS where that is not glibc."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return process.memory_info().rss / 2**20
 
 
 def _cycle(settings: Settings, nodes: dict[str, FuzzNode], rng: random.Random, tally: Tally) -> None:
@@ -134,7 +149,7 @@ def _cycle(settings: Settings, nodes: dict[str, FuzzNode], rng: random.Random, t
     count = min(settings.cases_per_round, settings.cases - tally.cases)
     cases = _cases(fuzz, rng, count, tally, every_maker=tally.rounds_of[profile] == 0)
     tally.rounds_of[profile] += 1
-    outcome = _hostile_round(settings, fuzz, cases, tally)
+    outcome = _hostile_round(settings, fuzz, rng, cases, tally)
     if _record(settings, outcome.findings, tally):
         fuzz = nodes[profile] = _fresh(settings, fuzz, tally)
     outcome = _honest_round(fuzz, rng, tally, cases)
@@ -168,11 +183,16 @@ def _cases(fuzz: FuzzNode, rng: random.Random, count: int, tally: Tally, every_m
     return cases
 
 
-def _hostile_round(settings: Settings, fuzz: FuzzNode, cases: list[Case], tally: Tally) -> RoundOutcome:
+def _hostile_round(settings: Settings, fuzz: FuzzNode, rng: random.Random, cases: list[Case],
+                   tally: Tally) -> RoundOutcome:
     before = dict(fuzz.rejections())
     fuzz.publish(cases)
+    fuzz.publish_honest(rng)  # every round, as a peer does (rounds mode charges a live peer that misses one)
     outcome = fuzz.run_round("hostile", cases, settings.stall_s)
     fuzz.settle()
+    for peer, score in fuzz.node.transport.scores().items():
+        if score.muted_until is not None:
+            fuzz.identities.retire(peer)
     tally.profile_seconds[fuzz.profile] += outcome.seconds
     tally.cases += len(cases)
     tally.hostile_rounds += 1
@@ -220,7 +240,8 @@ def _honest_round(fuzz: FuzzNode, rng: random.Random, tally: Tally, cases: list[
     else:
         tally.honest_failures.append(f"{fuzz.profile} round {report.round}: honest groups used "
                                      f"{report.peer_groups_by_peer.get(HONEST_PEER, 0)}, step trained "
-                                     f"{report.step.trained} (refused {report.step.refused})")
+                                     f"{report.step.trained} (refused {report.step.refused}), its score "
+                                     f"{report.scores.get(HONEST_PEER)}")
     return outcome
 
 
@@ -273,7 +294,7 @@ def summary(tally: Tally, settings: Settings) -> dict:
             "honest_failures": tally.honest_failures[:20], "maker_errors": dict(tally.maker_errors),
             "rss_mb": {"baseline": round(tally.rss_baseline_mb, 1), "max": round(tally.rss_max_mb, 1),
                        "final": round(tally.rss_final_mb, 1), "growth": round(tally.rss_growth_mb, 1),
-                       "peak": round(tally.rss_peak_mb, 1)},
+                       "peak": round(tally.rss_peak_mb, 1), "trimmed_at_end": round(tally.rss_trimmed_mb, 1)},
             "passes": {"count": tally.passes, "worst": tally.worst_pass, "bound": tally.pass_bound,
                        "rounds_over": tally.passes_over},
             "refused_steps": tally.refused_steps, "slowest_round_s": [round(tally.slowest_round[0], 2),
