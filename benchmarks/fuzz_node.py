@@ -7,7 +7,8 @@ Run (from the repo root):  python -m benchmarks.fuzz_node [--cases N] [--seed S]
 --cases: hostile batches in all (default 100,000); --seed: the run's seed (the same seed, the same cases);
 --per-round: cases a hostile round publishes (default 128); --profiles: the node settings it rotates through
 (default async,rounds,math500: ``benchmarks/fuzzing/node.py``); --rss-bound: the RSS growth allowed, MB (default
-100); --out: where escapes' reproducers and ``summary.json`` go (default runs/fuzz-node/).
+100); --skip: case kinds drawn again (e.g. ``long_prompt/32768``: a known finding whose every round takes minutes);
+--out: where findings' reproducers and ``summary.json`` go (default runs/fuzz-node/).
 
 What runs: ``benchmarks/fuzzing/run.py`` (the loop and the four properties: no exception out of ``run_round``, RSS
 growth under the bound after warm-up, no forward pass past ``max_tokens_per_microbatch``, an honest batch trained
@@ -31,6 +32,8 @@ def main() -> None:
     parser.add_argument("--profiles", default="async,rounds,math500", help="Node settings to rotate through.")
     parser.add_argument("--rss-bound", type=float, default=100.0, help="RSS growth allowed after warm-up, MB.")
     parser.add_argument("--out", type=Path, default=Path("runs/fuzz-node"), help="Where reproducers go.")
+    parser.add_argument("--skip", default="", help="Case kinds (maker/variant starts, comma-separated) to draw "
+                        "again: a known finding that costs minutes a round, left out of a long run until fixed.")
     parser.add_argument("--replay", type=Path, help="Replay a saved finding's cases (a folder) and exit.")
     parser.add_argument("--reproduce", help="Run a named reproducer (fuzzing/reproducers.py; 'list') and exit.")
     args = parser.parse_args()
@@ -52,7 +55,7 @@ def main() -> None:
     weights = dict(zip(Settings.profiles, Settings.weights, strict=True))
     settings = Settings(cases=args.cases, seed=args.seed, cases_per_round=args.per_round, profiles=profiles,
                         weights=tuple(weights.get(p, 1) for p in profiles), rss_bound_mb=args.rss_bound,
-                        out=args.out, progress=True)
+                        out=args.out, skip=tuple(filter(None, args.skip.split(","))), progress=True)
     unknown = set(profiles) - set(PROFILES)
     if unknown:
         parser.error(f"unknown profiles {sorted(unknown)}; known: {', '.join(PROFILES)}")
@@ -122,6 +125,8 @@ def report(tally, settings) -> None:
           f"{tally.pass_bound:,}")
     print(f"steps refused: {tally.refused_steps}; slowest hostile round {tally.slowest_round[0]:.1f} s "
           f"({tally.slowest_round[1]})")
+    if tally.skipped:
+        print("drawn again (--skip): " + ", ".join(f"{kind} {n}" for kind, n in sorted(tally.skipped.items())))
     if tally.maker_errors:
         print("harness errors building cases: " + "; ".join(f"{n}× {e}" for e, n in tally.maker_errors.items()))
     failures = tally.failures(settings)
