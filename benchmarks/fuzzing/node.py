@@ -156,6 +156,8 @@ class FuzzNode:
                 self.hub.join(case.peer_id, peer)
             peer.list(case)
             self.identities.used(case.peer_id, case.round)
+        for peer_id in {case.peer_id for case in cases}:
+            self.hub.put_raw_announcement(peer_id, self._peers[peer_id].record())
 
     def publish_honest(self, rng: random.Random) -> None:
         """The honest peer's batch for the node's next round (``hostile.honest_batch``), with the log-probs the node's
@@ -206,8 +208,9 @@ class FuzzNode:
     def settle(self) -> None:
         """The round's cases are served no more: those not fetched (deferred for room) are dropped, as a peer that
         left would leave them, and the harness holds no payload between rounds."""
-        for peer in self._peers.values():
-            peer.clear()
+        for peer_id in self._peers:
+            self.hub.leave(peer_id)
+        self._peers.clear()
 
     def rejections(self) -> dict[tuple[str, str], int]:
         return self.node.transport.stats().rejections

@@ -1,11 +1,12 @@
 """Hostile peers on the in-memory transport: any bytes, published under any peer's name.
 
-A ``MemoryHub`` (``node/swarm/memory.py``) reads each peer's announcement from the object that joined under its
-name and fetches payloads from it by round. ``RawPeer`` stands where a peer's ``Outbox`` stands: it announces and
-serves whatever it is given (a valid batch, one no peer should ever send, bytes that are no batch at all), with any
-descriptor fields (``Case.changes``: a lie about the counts, the date, the size). So the node under test sees what
-it would see from a member of a real swarm that bypassed its own outbox: an announcement that decodes, then
-whatever payload its peer serves (``tests/helpers/hostile_peer.py`` does the same on the real hivemind swarm).
+A ``MemoryHub`` (``node/swarm/memory.py``) fetches payloads by round from the object that joined under a peer's name,
+and holds any announcement bytes a test stores for it. ``RawPeer`` stands where a peer's ``Outbox`` stands: it
+announces (a record of its own making) and serves whatever it is given (a valid batch, one no peer should ever
+send, bytes that are no batch at all), with any descriptor fields (``Case.changes``: a lie about the counts, the
+date, the size). So the node under test sees what it would see from a member of a real swarm that bypassed its own
+outbox and signs what it likes: an announcement, then whatever payload its peer serves
+(``tests/helpers/hostile_peer.py`` does the same on the real hivemind swarm).
 
 ``Identities`` hands out peer ids (hundreds of them, some with odd characters) and each one's next round, so that
 every (peer, round) a fuzz run publishes is new to the node; a muted one is replaced by a new name, as a Sybil
@@ -18,9 +19,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import msgpack
+
 from ftis.protocol import read
-from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach
-from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_ROUND
+from ftis.protocol.announcement import Announcement, BatchDescriptor, Reach, encode_announcement
+from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_PAYLOAD_BYTES, MAX_ROUND
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ def describe(case: Case) -> BatchDescriptor:
 
 
 class RawPeer:
-    """A hostile peer in a ``MemoryHub``: announces its newest listed cases and serves their payloads."""
+    """A hostile peer in a ``MemoryHub``: serves its listed cases' payloads, and announces them in a record of its
+    own making (``record``), as a peer that signs whatever it likes would store in the DHT."""
 
     def __init__(self, run_id: str, peer_id: str, clock: Callable[[], float] = time.time):
         self.run_id, self.peer_id, self._clock = run_id, peer_id, clock
@@ -65,19 +69,26 @@ class RawPeer:
         while len(self._listed) > MAX_ANNOUNCED_BATCHES:
             self._listed.popitem(last=False)
 
-    def clear(self) -> None:
-        """Serve nothing more (a round's cases are settled: fetched, refused or left)."""
-        self._listed.clear()
+    def announcement(self) -> None:
+        """Nothing for the hub to encode (``Outbox.announcement``'s place): the hub holds this peer's ``record``."""
+        return None
 
-    def announcement(self) -> Announcement | None:
-        """What the hub reads for this peer (``Outbox.announcement``'s part); None: it lists nothing."""
-        if not self._listed:
-            return None
-        batches = tuple(descriptor for descriptor, _ in self._listed.values())
-        return Announcement(run_id=self.run_id, peer_id=self.peer_id, model="hostile", adapter="full",
-                            tokenizer=self.tokenizer, policy_version=0, published_batches=len(batches),
-                            published_tokens=sum(d.tokens for d in batches), updated_at=self._clock(),
-                            batches=batches, reach=Reach("direct"))
+    def record(self) -> bytes:
+        """The announcement of the listed cases, their descriptors exactly as listed: one the protocol cannot carry
+        (a payload of 0 bytes) is written into the record's bytes, which the node then reads (and refuses)."""
+        batches = [descriptor for descriptor, _ in self._listed.values()]
+        carried = [replace(d, bytes=min(max(d.bytes, 1), MAX_PAYLOAD_BYTES)) for d in batches]
+        announcement = Announcement(run_id=self.run_id, peer_id=self.peer_id, model="hostile", adapter="full",
+                                    tokenizer=self.tokenizer, policy_version=0, published_batches=len(batches),
+                                    published_tokens=sum(d.tokens for d in batches), updated_at=self._clock(),
+                                    batches=tuple(carried), reach=Reach("direct"))
+        data = encode_announcement(announcement)
+        if carried == batches:
+            return data
+        message = msgpack.unpackb(data, raw=False)
+        for listed, descriptor in zip(message["body"]["batches"], batches, strict=True):
+            listed["bytes"] = descriptor.bytes
+        return msgpack.packb(message, use_bin_type=True)
 
     def payload(self, round_: int) -> bytes | None:
         entry = self._listed.get(round_)
