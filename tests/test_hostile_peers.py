@@ -517,7 +517,8 @@ def test_a_flood_of_announcements_keeps_the_honest_nodes_memory_and_cpu_bounded(
         # wait until its batch got its answer (stale, to the shifted clock: its peer's seen watermark), so that it
         # is not fetched once the clock is back: its bytes would be a decode error, charged during a later test
         # (the flood's own batches turn stale too: the stale count alone does not say this record was read)
-        world.swarm.wait_until(lambda: inbox._seen.answered((mallory.peer_id, descriptor.round), descriptor.created_at)
+        key = (mallory.peer_id, descriptor.round)
+        world.swarm.wait_until(lambda: inbox._seen.answered(key, descriptor.created_at)
                                and STALE in delta(honest.rejections(mallory.peer_id), before), "the next record is read")
         assert len(inbox._seen) <= seen + MAX_ANNOUNCED_BATCHES
     finally:
