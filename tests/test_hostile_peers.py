@@ -519,7 +519,8 @@ def test_a_flood_of_announcements_keeps_the_honest_nodes_memory_and_cpu_bounded(
         # (the flood's own batches turn stale too: the stale count alone does not say this record was read)
         key = (mallory.peer_id, descriptor.round)
         world.swarm.wait_until(lambda: inbox._seen.answered(key, descriptor.created_at)
-                               and STALE in delta(honest.rejections(mallory.peer_id), before), "the next record is read")
+                               and STALE in delta(honest.rejections(mallory.peer_id), before),
+                               "the next record is read")
         assert len(inbox._seen) <= seen + MAX_ANNOUNCED_BATCHES
     finally:
         honest.peer.clock.shift = 0.0
