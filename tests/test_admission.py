@@ -7,6 +7,7 @@ read as none.
 Each test builds a real tiny node (``helpers/nodes.py``) and a peer publishing hand-made batches of the node's own
 problems, with the node's own prompts, so that only what the test varies decides what happens."""
 
+import dataclasses
 import time
 
 import numpy as np
@@ -185,3 +186,42 @@ def test_a_number_too_long_to_read_reads_as_none(digits):
     assert tagged_number_reward(f"<think> 9 </think> <answer> {answer} </answer>", "5") == 0.0
     assert not same_number(answer, answer)
     assert same_number("9" * 64, "9" * 64)  # the longest number read
+
+
+def test_a_group_of_a_problem_the_node_lacks_must_fit_one_pass():
+    # With trusted peer answers a node trains on problems it lacks, whose prompts are the peer's: 2,000 tokens of
+    # prompt would be one pass of 2,000+ tokens whatever max_tokens_per_microbatch says.
+    hub = MemoryHub()
+    node = node_on(hub, task={"trust_peer_answers": True})
+    passes = largest_training_pass(node)
+    batch = peer_batch(node, "mallory", groups=2, size=4, length=3)
+    groups = tuple(group.replace(task=TaskRef("elsewhere", "train", k, "7"), prompt_ids=np.full(2000, 5, np.int64))
+                   for k, group in enumerate(batch.groups))
+    publish(hub, node, "mallory", dataclasses.replace(batch, groups=groups))
+    report = node.run_round()
+    assert rejections(node, "mallory") == {"too_long": 1}
+    assert report.unusable_groups == 2 and report.step.peer_groups == 0
+    assert max(passes) <= MAX_TOKENS
+    # the same groups with prompts that fit are trained on: the peer's answer is trusted
+    fitting = tuple(group.replace(prompt_ids=group.prompt_ids[:8]) for group in groups)
+    publish(hub, node, "mallory", dataclasses.replace(batch, round=1, groups=fitting))
+    assert node.run_round().step.peer_groups == 2
+
+
+def test_scoring_stops_inside_a_group_when_the_time_is_spent():
+    # One group of 40 completions, each as slow to check as math_verify on a hard answer (50 ms): 2 s of scoring
+    # for one group, against a budget of 0.2 s.
+    hub = MemoryHub()
+    node = node_on(hub, mix={"max_scoring_s": 0.2})
+
+    class SlowTask(DigitTask):
+        def reward(self, completion_text: str, gold: str) -> float:
+            if gold == "3":
+                time.sleep(0.05)
+            return super().reward(completion_text, gold)
+
+    node.task = node.intake.task = SlowTask()
+    publish(hub, node, "slow", peer_batch(node, "slow", groups=1, size=40, length=3, first_index=3))
+    report = node.run_round()
+    assert report.seconds["score_peers"] < 0.2 + 0.05 + 0.3
+    assert report.unscored_groups == 1

@@ -19,6 +19,9 @@ at each group's lengths and counts (no work per token) and lets through only wha
 
 A group let through may still be unusable (no gold answer this node trusts, a prompt that is not its problem's,
 an id outside the vocabulary: ``scoring.py``), and scoring it is bounded in time per step (``mix.max_scoring_s``).
+Its prompt is bounded there too, once its gold answer is resolved: one of this node's problems must come with this
+node's own prompt for it, and a group of a problem it lacks (trained on only with ``task.trust_peer_answers``) with
+rows, prompt and completion, that fit one forward pass (``trainer.max_tokens_per_microbatch``), else ``TOO_LONG``.
 What a step trains on is bounded in the mix (``peer_selection.py``: groups and completions) and in each forward
 pass (``trainer/packing.py``: ``max_tokens_per_microbatch``, an advantage group split across passes when needed).
 """

@@ -136,10 +136,13 @@ class Intake:
                                  vocab_size=self._embedding_rows, texts=texts.get(batch_key(item)),
                                  split=config.task.split, fingerprint=self._fingerprint,
                                  retokenizer=self._retokenizer, prompter=self.prompter,
-                                 per_sequence=config.loss.same_tokenizer_weights == "sequence", deadline=deadline)
+                                 per_sequence=config.loss.same_tokenizer_weights == "sequence", deadline=deadline,
+                                 max_row_tokens=config.trainer.max_tokens_per_microbatch)
             unscored += scored.unscored
             if scored.failed:
                 self.transport.report_fault(item.peer_id, SCORING_FAILED)
+            if scored.too_long:
+                self.transport.report_fault(item.peer_id, TOO_LONG)
             if scored.groups:
                 use[item.peer_id] = "sequence" if scored.per_sequence else "token"
             else:

@@ -19,7 +19,7 @@ one of this node's problems: its prompt is rendered here from this node's copy, 
 the peer's for a question this node cannot see."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,10 +54,16 @@ class Scored:
     mismatched: int = 0  # ...of them: groups naming one of this node's problems in front of another prompt
     per_sequence: bool = False  # another tokenizer's batch: its usable groups are this node's tokens of its texts
     failed: int = 0  # ...groups whose scoring raised (the peer is charged: a peer's group never ends a round)
+    too_long: int = 0  # ...groups of a problem this node lacks whose rows do not fit one pass (``max_row_tokens``)
     unscored: int = 0  # groups not scored: the step's time for scoring was spent (``deadline``)
 
 
-UNUSABLE, MISMATCHED = "unusable", "mismatched"  # why a group is not trained on
+UNUSABLE, MISMATCHED, TOO_LONG = "unusable", "mismatched", "too_long"  # why a group is not trained on
+Rewards = Callable[[Sequence[str], str], np.ndarray]  # (completion texts, gold) -> their rewards, within the time
+
+
+class _OutOfTime(Exception):
+    """The step's time for scoring ran out inside a group: it and the groups after it are left unscored."""
 
 
 def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizerBase", *, trust_peer_answers: bool,
@@ -65,7 +71,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None,
                 fingerprint: str | None = None, retokenizer: Retokenizer | None = None,
                 per_sequence: bool = False, prompter: Prompter | None = None,
-                deadline: float | None = None) -> Scored:
+                deadline: float | None = None, max_row_tokens: int | None = None) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
@@ -73,14 +79,26 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
     None takes every batch as this node's tokenizer's. ``per_sequence``: groups of this node's tokenizer are trained
     per sequence too (``[loss] same_tokenizer_weights``, an ablation). ``prompter``: how this node renders its
     prompts, whose ``renderings`` a group's prompt must be one of (None: one-turn prompts, raw or in the template).
-    ``deadline``: a ``time.monotonic()`` past which the groups left are not scored (None: every group is).
+    ``deadline``: a ``time.monotonic()`` past which the groups left are not scored, the one being scored included
+    (checked before each completion's reward; None: every group is). ``max_row_tokens``: the most tokens, prompt and
+    completion, of a row of a group whose prompt this node cannot check (a problem it lacks, its gold trusted); a
+    longer one is unusable and counted in ``too_long`` (None: no bound).
 
     Whatever a group holds, scoring it never raises: a group whose scoring fails (a reward function's error on a
     peer's text, say) is unusable and counted in ``failed``."""
     other = fingerprint is not None and batch.tokenizer.fingerprint != fingerprint
+    def reward(texts: Sequence[str], gold: str) -> np.ndarray:
+        rewards = np.empty(len(texts), dtype=np.float64)
+        for c, text in enumerate(texts):
+            if deadline is not None and time.monotonic() > deadline:
+                raise _OutOfTime
+            rewards[c] = task.reward(text, gold)
+        return rewards
+
     if other:
         def one(g: int, group: Group) -> TrainingGroup | str:
-            return _other_tokenizer_group(batch, group, task, trust_peer_answers, off_policy, split, retokenizer)
+            return _other_tokenizer_group(batch, group, task, trust_peer_answers, off_policy, split, retokenizer,
+                                          reward)
     else:
         limit = _id_limit(batch, vocab_size)
         prompter = prompter if prompter is not None and prompter.task is task else Prompter.build(tokenizer, task)
@@ -88,14 +106,17 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
         def one(g: int, group: Group) -> TrainingGroup | str:
             decoded = texts[g] if texts is not None else None
             return _own_tokenizer_group(batch, group, task, tokenizer, trust_peer_answers, off_policy, limit, split,
-                                        prompter, decoded, per_sequence)
-    groups, rewards, counts = [], [], {UNUSABLE: 0, MISMATCHED: 0, "failed": 0, "unscored": 0}
+                                        prompter, decoded, per_sequence, reward, max_row_tokens)
+    groups, rewards, counts = [], [], {UNUSABLE: 0, MISMATCHED: 0, TOO_LONG: 0, "failed": 0, "unscored": 0}
     for g, group in enumerate(batch.groups):
         if deadline is not None and time.monotonic() > deadline:
             counts["unscored"] = len(batch.groups) - g
             break
         try:
             outcome = one(g, group)
+        except _OutOfTime:
+            counts["unscored"] = len(batch.groups) - g
+            break
         except Exception:  # a peer's group, whatever it holds, costs only itself
             counts["failed"] += 1
             continue
@@ -104,15 +125,16 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
         else:
             groups.append(outcome)
             rewards.extend(outcome.rewards.tolist())
-    unusable = counts[UNUSABLE] + counts[MISMATCHED] + counts["failed"]
+    unusable = counts[UNUSABLE] + counts[MISMATCHED] + counts[TOO_LONG] + counts["failed"]
     return Scored(groups, unusable, rewards, counts[MISMATCHED],
                   per_sequence=(other or per_sequence) and bool(groups), failed=counts["failed"],
-                  unscored=counts["unscored"])
+                  unscored=counts["unscored"], too_long=counts[TOO_LONG])
 
 
 def _own_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, tokenizer: "PreTrainedTokenizerBase",
                          trust_peer_answers: bool, off_policy: bool, limit: int | None, split: str | None,
-                         prompter: Prompter, decoded: list[str] | None, per_sequence: bool) -> TrainingGroup | str:
+                         prompter: Prompter, decoded: list[str] | None, per_sequence: bool,
+                         reward: "Rewards", max_row_tokens: int | None) -> TrainingGroup | str:
     """A group in this node's tokens, scored on its ids decoded here (or ``decoded``, decoded ahead)."""
     if limit is not None and not _within_vocabulary(group, limit):
         return UNUSABLE
@@ -123,19 +145,22 @@ def _own_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, tokenize
     gold = resolved.answer
     if gold is None:
         return UNUSABLE
+    columns = group.columns
     if resolved.problem is not None and not _prompt_of(group, resolved.problem, prompter):
         return MISMATCHED
-    columns = group.columns
+    if (resolved.problem is None and max_row_tokens is not None  # a prompt this node cannot check: a pass's worth
+            and len(group.prompt_ids) + int(columns.lengths.max(initial=0)) > max_row_tokens):
+        return TOO_LONG
     if decoded is None:
         decoded = decode_completions(tokenizer, columns.token_ids, columns.lengths)
-    group_rewards = np.array([task.reward(text, gold) for text in decoded], dtype=np.float64)
+    group_rewards = reward(decoded, gold)
     return _training_group(batch, group, group_rewards, off_policy,
                            sequence_logprobs=sampler_sums(columns) if per_sequence else None)
 
 
 def _other_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, trust_peer_answers: bool,
-                           off_policy: bool, split: str | None,
-                           retokenizer: Retokenizer | None) -> TrainingGroup | str:
+                           off_policy: bool, split: str | None, retokenizer: Retokenizer | None,
+                           reward: "Rewards") -> TrainingGroup | str:
     """A group whose generator used another tokenizer: if it names one of this node's problems and carries texts,
     rebuilt in this node's tokens (``text_groups.py``) and scored on its texts."""
     ref = group.task
@@ -146,7 +171,7 @@ def _other_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, trust_
     resolved = resolve_gold(task, ref.dataset, ref.split, ref.index, ref.answer, trust_peer_answers)
     if resolved.answer is None or resolved.problem is None:  # no problem of ours: no prompt to render
         return UNUSABLE
-    group_rewards = np.array([task.reward(text, resolved.answer) for text in texts], dtype=np.float64)
+    group_rewards = reward(texts, resolved.answer)
     completions = retokenizer.completions(group, group_rewards)
     if completions is None:
         return UNUSABLE

@@ -40,8 +40,8 @@ def equivalent(gold: str, answer: str, timeout_seconds: int = DEFAULT_TIMEOUT_SE
     """Whether math_verify judges ``answer`` equal to ``gold``; False on any failure or timeout."""
     from math_verify.errors import TimeoutException  # a BaseException: `except Exception` misses it
 
-    if not answer.strip() or len(answer) > MAX_ANSWER_CHARS:
-        return False
+    if not answer.strip() or len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return False  # a peer's answer, or a gold it gave (trusted answers), past what sympy parses in time
     on_main_thread = threading.current_thread() is threading.main_thread()
     timeout = timeout_seconds if on_main_thread else None
     try:
