@@ -98,6 +98,8 @@ def reproduce(name: str) -> int:
 
 
 def report(tally, settings) -> None:
+    from benchmarks.fuzzing.node import PEAK_MB, STALL_S
+
     rate = tally.cases / tally.seconds if tally.seconds else 0.0
     print(f"\n{tally.cases:,} cases in {tally.hostile_rounds:,} hostile rounds (+{tally.honest_rounds:,} honest) in "
           f"{tally.seconds:.0f} s: {rate:,.0f} cases/s")
@@ -111,7 +113,8 @@ def report(tally, settings) -> None:
         outcomes = sorted(by_maker[maker].items(), key=lambda item: -item[1])
         print(f"  {maker:<18} {sum(by_maker[maker].values()):>7,}  " + ", ".join(f"{o} {n:,}" for o, n in outcomes))
     print(f"\nescapes: {tally.count('escape')}; rounds with a pass over the bound: {tally.count('oversized_pass')}; "
-          f"stalls (a round over {settings.stall_s:g} s): {tally.count('stall')}")
+          f"stalls (a round over {STALL_S:g} s): {tally.count('stall')}; scoring overruns: "
+          f"{tally.count('scoring_overrun')}; peaks (RSS high-water +{PEAK_MB:g} MB in a round): {tally.count('peak')}")
     for signature, n in tally.signatures.items():
         print(f"  {n:>5}× {signature}  reproducer: {tally.reproducers.get(signature, '-')}")
     print(f"honest rounds trained on: {tally.honest_trained}/{tally.honest_rounds}")

@@ -25,6 +25,7 @@ whose groups each one held.
 import contextlib
 import json
 import random
+import resource
 import tempfile
 import time
 import traceback
@@ -63,6 +64,13 @@ MATH500_ROWS = [("What is $\\frac{1}{4} + \\frac{1}{4}$?", "\\frac{1}{2}"), ("Si
                 ("What is $2^{10}$?", "1024"), ("Solve $x + 3 = 5$.", "2"), ("What is $\\pi$ to one decimal?", "3.1"),
                 ("Expand $(x+1)^2$.", "x^2+2x+1"), ("What is $0.5 + 0.25$?", "\\frac{3}{4}"), ("What is $7!$?", "5040")]
 HONEST_PEER = "honest-peer"
+# What the fuzzer reports besides its four properties (``Finding``): a round longer than this...
+STALL_S = 30.0
+# ...scoring past this many times mix.max_scoring_s (its deadline is checked between groups: one group may overrun)...
+SCORING_OVERRUN = 2.0
+# ...and a round that raised the process's high-water RSS by more than this: the most a peer's batches may take in
+# the inbox (swarm.max_buffered_bytes, 256 MB) several times over.
+PEAK_MB = 1024.0
 
 
 def profile_config(profile: str) -> NodeConfig:
@@ -75,6 +83,10 @@ def profile_config(profile: str) -> NodeConfig:
     return NodeConfig.model_validate(settings)
 
 
+def _high_water_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
+
+
 def _math500_file() -> Path:
     path = Path(tempfile.gettempdir()) / "ftis-fuzz-math500.jsonl"
     if not path.exists():
@@ -84,9 +96,10 @@ def _math500_file() -> Path:
 
 @dataclass(frozen=True)
 class Finding:
-    """A property broken in one round: an exception out of ``node.run_round()`` (``"escape"``: the node would have
-    died), a forward pass past ``max_tokens_per_microbatch`` (``"oversized_pass"``) or a round past the stall bound
-    (``"stall"``)."""
+    """What one round broke: an exception out of ``node.run_round()`` (``"escape"``: the node would have died), a
+    forward pass past ``max_tokens_per_microbatch`` (``"oversized_pass"``); and, reported beside the properties, a
+    round past ``STALL_S`` (``"stall"``), scoring past ``SCORING_OVERRUN`` × ``mix.max_scoring_s``
+    (``"scoring_overrun"``), the process's peak RSS raised by more than ``PEAK_MB`` (``"peak"``)."""
 
     what: str
     profile: str
@@ -177,10 +190,9 @@ class FuzzNode:
                 completions.append(replace(c, sampler_logprobs=chosen[:, 0].numpy()))
         return group.replace(completions=tuple(completions))
 
-    def run_round(self, phase: str = "hostile", cases: list[Case] | None = None,
-                  stall_s: float = float("inf")) -> RoundOutcome:
+    def run_round(self, phase: str = "hostile", cases: list[Case] | None = None) -> RoundOutcome:
         """One round of the node; whatever broke a property in it, as findings (an escape is never raised)."""
-        started = time.perf_counter()
+        started, high_water = time.perf_counter(), _high_water_mb()
         self.scored = None
         self.passes.over = []
         cases = cases or []
@@ -193,17 +205,30 @@ class FuzzNode:
             findings.append(Finding("escape", self.profile, phase, f"{type(error).__name__}: {str(error)[:300]}",
                                     frames, cases))
         seconds = time.perf_counter() - started
-        if self.passes.over:
-            tokens = [over.tokens for over in self.passes.over]
-            culprits = frozenset().union(*(over.peers for over in self.passes.over))
-            findings.append(Finding("oversized_pass", self.profile, phase, f"forward passes of {tokens} tokens, bound "
-                                    f"{self.passes.bound}, holding groups of {sorted(culprits)}", [], cases,
-                                    culprits))
-        if seconds > stall_s:
-            parts = "" if report is None else ", ".join(f"{part} {s:.1f} s" for part, s in report.seconds.items()
-                                                         if s >= 1)
-            findings.append(Finding("stall", self.profile, phase, f"a round of {seconds:.1f} s ({parts})", [], cases))
+        found = self._measured(report, seconds, _high_water_mb() - high_water)
+        findings += [Finding(what, self.profile, phase, error, [], cases, culprits) for what, error, culprits in found]
         return RoundOutcome(report, findings, seconds)
+
+    def _measured(self, report: RoundReport | None, seconds: float,
+                  rose_mb: float) -> list[tuple[str, str, frozenset[str]]]:
+        """(kind, what was measured, culprits) of each bound a round broke besides raising."""
+        found = []
+        if self.passes.over:
+            culprits = frozenset().union(*(over.peers for over in self.passes.over))
+            found.append(("oversized_pass", f"forward passes of {[over.tokens for over in self.passes.over]} tokens, "
+                          f"bound {self.passes.bound}, holding groups of {sorted(culprits)}", culprits))
+        parts = {} if report is None else report.seconds
+        if seconds > STALL_S:
+            spent = ", ".join(f"{part} {s:.1f} s" for part, s in parts.items() if s >= 1)
+            found.append(("stall", f"a round of {seconds:.1f} s ({spent})", frozenset()))
+        limit = self.config.mix.max_scoring_s
+        if parts.get("score_peers", 0.0) > SCORING_OVERRUN * limit:
+            found.append(("scoring_overrun", f"scoring took {parts['score_peers']:.1f} s, mix.max_scoring_s "
+                          f"{limit:g}", frozenset()))
+        if rose_mb > PEAK_MB:
+            found.append(("peak", f"the process's peak RSS rose {rose_mb:,.0f} MB in the round, to "
+                          f"{_high_water_mb():,.0f} MB", frozenset()))
+        return found
 
     def settle(self) -> None:
         """The round's cases are served no more: those not fetched (deferred for room) are dropped, as a peer that

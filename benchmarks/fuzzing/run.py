@@ -27,7 +27,7 @@ import random
 import resource
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -38,6 +38,7 @@ from benchmarks.fuzzing.raw import MAKERS
 from benchmarks.fuzzing.repro import reduce, save_finding
 
 MAX_SAVED = 3  # rounds saved for each signature of finding
+REPORTED = ("oversized_pass", "stall", "scoring_overrun", "peak")  # findings that are no escape
 MAX_DRAWS = 100  # draws of a maker for a case of a kind not skipped
 
 # Reasons charged in rounds mode whatever a case held (a peer listed a batch of another round): not a case's outcome.
@@ -57,7 +58,6 @@ class Settings:
     rss_bound_mb: float = 100.0
     out: Path = Path("runs/fuzz-node")
     reduce: bool = True  # bisect each new kind of finding to a smallest set of cases
-    stall_s: float = 30.0  # a hostile round longer than this is reported (a stall), not counted a failure
     # case kinds (or their starts, "maker/variant") drawn again when drawn: a finding already known and costly to
     # meet again (a round of minutes), left out of a long run until it is fixed
     skip: tuple[str, ...] = ()
@@ -103,7 +103,7 @@ class Tally:
     def failures(self, settings: Settings) -> list[str]:
         """The properties that failed, in words (empty: all four held)."""
         found = []
-        escapes = {s: n for s, n in self.signatures.items() if not s.startswith(("oversized_pass", "stall"))}
+        escapes = {s: n for s, n in self.signatures.items() if not s.startswith(REPORTED)}
         if escapes:
             found.append(f"{self.count('escape')} escapes: " + "; ".join(f"{n}× {s}" for s, n in escapes.items()))
         if self.rss_growth_mb >= settings.rss_bound_mb:
@@ -200,7 +200,7 @@ def _hostile_round(settings: Settings, fuzz: FuzzNode, rng: random.Random, cases
     before = dict(fuzz.rejections())
     fuzz.publish(cases)
     fuzz.publish_honest(rng)  # every round, as a peer does (rounds mode charges a live peer that misses one)
-    outcome = fuzz.run_round("hostile", cases, settings.stall_s)
+    outcome = fuzz.run_round("hostile", cases)
     fuzz.settle()
     for peer, score in fuzz.node.transport.scores().items():
         if score.muted_until is not None:
@@ -258,18 +258,19 @@ def _honest_round(fuzz: FuzzNode, rng: random.Random, tally: Tally, cases: list[
 
 
 def _record(settings: Settings, findings: list[Finding], tally: Tally) -> bool:
-    """Record a round's findings: each saved (the first few of a signature) and bisected once per signature (not a
-    stall: its time is noise); whether one is an escape."""
+    """Record a round's findings: each saved (the first few of a signature) and bisected once per signature (an
+    escape or a pass past the bound: what one round takes in time or memory is too noisy to bisect on); whether one
+    is an escape."""
     for finding in findings:
-        tally.findings.append(finding)
+        tally.findings.append(replace(finding, cases=[]))  # its cases are on disk: the run holds no payload
         tally.signatures[finding.signature] += 1
         if tally.signatures[finding.signature] > MAX_SAVED:
             continue
         folder = save_finding(settings.out, len(tally.findings), finding)
         print(f"FOUND {finding.signature} ({finding.profile}, {finding.phase} round, "
               f"{len(finding.cases)} cases): {finding.error[:200]} -> {folder}", flush=True)
-        if (settings.reduce and finding.what != "stall" and finding.signature not in tally.reproducers
-                and finding.cases):
+        if (settings.reduce and finding.what in ("escape", "oversized_pass")
+                and finding.signature not in tally.reproducers and finding.cases):
             tally.reproducers[finding.signature] = str(reduce(finding, folder))
     return any(finding.what == "escape" for finding in findings)
 
