@@ -1,16 +1,19 @@
 """MATH-500: loading (local JSONL and the hub path, offline) and the math_verify reward on equivalent
-forms, wrong answers, malformed completions and garbage; a failing comparison gives 0, never raises.
+forms, wrong answers, malformed completions and garbage; a failing comparison gives 0, never raises; a tower of
+powers, which math_verify's timeout cannot stop, is refused before it is evaluated.
 
 Run: python -m pytest tests/test_tasks_math500.py -q
 """
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from ftis.node.tasks import Math500Task, UnknownSplitError
 from ftis.node.tasks import math500 as math500_module
+from ftis.node.tasks.math500 import equivalent, power_height
 from ftis.node.tasks.tags import tagged_completion
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tasks" / "math500_sample.jsonl"
@@ -124,3 +127,19 @@ def test_reward_works_off_the_main_thread(task):
     worker.start()
     worker.join(timeout=60)
     assert results == [1.0]
+
+
+@pytest.mark.parametrize("tower", ["10^{10^{10^{10}}}", "10^{10^{10^{10^{10}}}}", "e^{e^{e^{100}}}"])
+def test_a_tower_of_powers_is_refused_before_math_verify_evaluates_it(tower):
+    # Against a gold that holds a variable, math_verify compares numerically: it evaluated 10^{10^{10^{10}}} for 41 s
+    # and 8.5 GB, past its own signal-based timeout (5 s), which cannot interrupt one long operation in mpmath.
+    started = time.monotonic()
+    assert not equivalent("x^2+2x+1", tower) and not equivalent(tower, "x^2+2x+1")  # a peer's gold, trusted, too
+    assert time.monotonic() - started < 2.0
+    assert equivalent("1024", "2^{10}") and equivalent("65536", "2^{2^{4}}")  # two levels are still read
+
+
+@pytest.mark.parametrize(("text", "height"), [("x", 0), ("x^2+2x+1", 1), ("(x^2)^3", 1), ("2^{\\frac{1}{2}}", 1),
+                                              ("10^{10^{10}}", 2), ("a^b^c", 2), ("10^{\\sqrt{10^{10^{10}}}}", 3)])
+def test_power_height(text, height):
+    assert power_height(text) == height
