@@ -104,7 +104,7 @@ _STR, _BIN, _EXT, _RESERVED, _ARRAY, _MAP = range(6)  # the containers last
 _U8, _U16, _U32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
 _FIXED = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9,  # nil, false, true, float32, float64
           0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}  # uint8-64, int8-64
-_VARIABLE = {
+_VARIABLE: dict[int, tuple[int, int, struct.Struct | int]] = {
     0xC1: (_RESERVED, 1, 0),
     0xC4: (_BIN, 2, _U8), 0xC5: (_BIN, 3, _U16), 0xC6: (_BIN, 5, _U32),
     0xC7: (_EXT, 3, _U8), 0xC8: (_EXT, 4, _U16), 0xC9: (_EXT, 6, _U32),  # the length, then the ext's type byte
@@ -131,7 +131,7 @@ def _lead(byte: int) -> tuple[int, int, struct.Struct | int]:
 
 
 _STEPS = tuple(_step(byte) for byte in range(256))
-_LEADS = tuple(None if _STEPS[byte] else _lead(byte) for byte in range(256))
+_LEADS: tuple[Any, ...] = tuple(None if _STEPS[byte] else _lead(byte) for byte in range(256))  # read unchecked: hot
 
 
 def check_shape(data: bytes, bounds: Bounds) -> None:

@@ -183,7 +183,7 @@ def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool
     """The loss's inputs for one micro-batch: π_θold is this forward pass's values, detached (one step a round);
     the generator's log-probs per token, or per completion (``per_sequence``); each completion's advantage, over its
     whole advantage group."""
-    common = {"logprobs": logprobs, "old_logprobs": logprobs.detach(), "loss_mask": packed.loss_mask,
+    common: dict[str, Any] = {"logprobs": logprobs, "old_logprobs": logprobs.detach(), "loss_mask": packed.loss_mask,
               "rewards": packed.rewards, "group_ids": packed.group_index, "off_policy": packed.off_policy,
               "advantages": packed.advantages}
     if per_sequence:
