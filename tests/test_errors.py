@@ -44,6 +44,8 @@ INTERNAL = {
     "ftis.node.swarm.inbox.Rejected",
     # a dashboard request's head too slow or too large: answered 408 or 431 by the server, never raised further
     "ftis.node.dashboard.heads.HeadRefused",
+    # flow: the step's scoring time ran out mid-group; the scorer catches it and leaves the rest unscored
+    "ftis.node.intake.scoring._OutOfTime",
 }
 
 # Exit codes: a command given something it cannot use exits with USAGE; every other UserError with FAILURE.

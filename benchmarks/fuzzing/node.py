@@ -221,7 +221,8 @@ class FuzzNode:
         if seconds > STALL_S:
             spent = ", ".join(f"{part} {s:.1f} s" for part, s in parts.items() if s >= 1)
             found.append(("stall", f"a round of {seconds:.1f} s ({spent})", frozenset()))
-        limit = self.config.mix.max_scoring_s
+        # the default, where the node under test has no such setting
+        limit = getattr(self.config.mix, "max_scoring_s", 10.0)
         if parts.get("score_peers", 0.0) > SCORING_OVERRUN * limit:
             found.append(("scoring_overrun", f"scoring took {parts['score_peers']:.1f} s, mix.max_scoring_s "
                           f"{limit:g}", frozenset()))
