@@ -15,7 +15,6 @@ of every maker (``MAKERS``) the node fuzzer draws from.
   made once per process (compressed a chunk at a time, never held inflated) and reused.
 """
 
-import functools
 import random
 
 import msgpack
@@ -23,6 +22,7 @@ import numpy as np
 import zstandard
 
 from benchmarks.fuzzing import hostile
+from benchmarks.fuzzing.frames import repeated_frame
 from benchmarks.fuzzing.inputs import MUTATIONS, mutate, pack, unpack, zstd
 from benchmarks.fuzzing.kit import OTHER_FINGERPRINT, Kit, batch, case, group_id, text_group, varied
 from benchmarks.fuzzing.peers import Case
@@ -144,25 +144,14 @@ def bomb(kit: Kit, rng: random.Random, peer: str, round_: int) -> Case:
     prompt = int(np.frombuffer(body["groups"]["prompt_length"], "<u4")[0])
     tokens = BOMB_COMPLETIONS * BOMB_TOKENS
     body["tokens"]["logprob_width"] = 1
-    body["tokens"]["data"] = _repeated_frame(b"\0", (prompt + tokens) * width + tokens)
+    body["tokens"]["data"] = repeated_frame(b"\0", (prompt + tokens) * width + tokens)
     if variant == "ids_only":
         del body["texts"]
     else:
         text_bytes = MAX_TEXT_BYTES_PER_TOKEN * BOMB_TOKENS + MAX_TEXT_SLACK_BYTES
         body["texts"] = {"length": np.full(BOMB_COMPLETIONS, text_bytes, "<u4").tobytes(),
-                         "data": _repeated_frame(b"a", BOMB_COMPLETIONS * text_bytes)}
+                         "data": repeated_frame(b"a", BOMB_COMPLETIONS * text_bytes)}
     return _raw_case(f"bomb/{variant}", base, pack(message))
-
-
-@functools.lru_cache(maxsize=8)
-def _repeated_frame(byte: bytes, size: int, chunk: int = 1 << 20) -> bytes:
-    """One zstd frame of ``byte`` × ``size`` (content size and checksum declared), compressed a chunk at a time."""
-    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True).compressobj(size=size)
-    block, parts = byte * chunk, []
-    for start in range(0, size, chunk):
-        parts.append(compressor.compress(block[: min(chunk, size - start)]))
-    parts.append(compressor.flush())
-    return b"".join(parts)
 
 
 def _raw_case(kind: str, base: Case, payload: bytes) -> Case:

@@ -23,9 +23,9 @@ from typing import Any
 
 import msgpack
 import numpy as np
-import zstandard
 from hivemind.utils import get_dht_time
 
+from benchmarks.fuzzing.frames import repeated_frame
 from ftis.protocol import (
     Completion,
     DecodeError,
@@ -129,22 +129,11 @@ def text_bomb(peer_id: str, run_id: str, round_: int, created_at: float, tokeniz
     num_ids, num_logprobs = 1 + completions * tokens, completions * tokens
     width = body["tokens"]["id_width"]
     body["tokens"]["logprob_width"] = 1
-    body["tokens"]["data"] = _repeated_frame(b"\0", num_ids * width + num_logprobs)
+    body["tokens"]["data"] = repeated_frame(b"\0", num_ids * width + num_logprobs)
     text_bytes = MAX_TEXT_BYTES_PER_TOKEN * tokens + MAX_TEXT_SLACK_BYTES
     body["texts"] = {"length": np.full(completions, text_bytes, "<u4").tobytes(),
-                     "data": _repeated_frame(b"a", completions * text_bytes)}
+                     "data": repeated_frame(b"a", completions * text_bytes)}
     return msgpack.packb(message, use_bin_type=True)
-
-
-def _repeated_frame(byte: bytes, size: int, chunk: int = 1 << 20) -> bytes:
-    """One zstd frame of ``byte`` × ``size`` (content size and checksum declared, as the format wants), compressed a
-    chunk at a time: never ``size`` bytes in memory."""
-    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True).compressobj(size=size)
-    block, parts = byte * chunk, []
-    for start in range(0, size, chunk):
-        parts.append(compressor.compress(block[: min(chunk, size - start)]))
-    parts.append(compressor.flush())
-    return b"".join(parts)
 
 
 def forged_record(announcement: Announcement, change: Callable[[dict[str, Any]], None]) -> bytes:
