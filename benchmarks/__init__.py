@@ -21,8 +21,9 @@ Files:
 - ``length_normaliser.py``  on the same models and samples, the per-sequence weight's x̄, truncation and filter
   under each candidate length normaliser L (the receiver's tokens, the generator's, characters).
 - ``gpu_check.py``  the vLLM backend on one GPU: sampler log-probs, F-TIS steps with weight sync, throughput.
-- ``poisoning.py``, ``poisoning_attack.py``  an honest node's held-out accuracy with and without an attacker
-  that publishes a fixed wrong answer, defences on and off (docs/swarm.md); the attacker and the audit.
+- ``poisoning.py``  the published attacks on decentralized GRPO (out-of-context, in-context, DoS, wrong answer) against
+  an honest node, defences on and off (docs/swarm.md); ``poisoning_attacks/`` holds the attackers, the audit of the
+  node's steps and the report.
 - ``envelope.py``  what bounding a message from its msgpack headers costs against decoding, and what payloads of
   nested empty arrays cost a decoder with it (docs/protocol.md).
 - ``fuzz.py``  100,000+ fuzzed inputs to the protocol decoders and the node's announcement handling, with a limit

@@ -1,149 +1,279 @@
-"""Poisoning, measured: an honest tiny-model node's held-out accuracy with and without an attacker
-in its swarm, with the node's defences on and off.
+"""Poisoning, measured: the published attacks on decentralized GRPO ("Hail to the Thief", arXiv:2511.09780) against an
+honest tiny-model node, with its defences on and off.
 
-Run (from the repo root):  python -m benchmarks.poisoning [--rounds N] [--seeds 0 1 2] [--quick] [--out DIR]
---quick: 20 rounds, one seed, 100 evaluation problems (a couple of minutes once the warm starts are cached).
+Run (from the repo root):
+    python -m benchmarks.poisoning [--attacks out-of-context,in-context,dos,wrong-answer] [--conditions clean,ftis]
+                                   [--seeds 0 1 2] [--rounds N] [--quick] [--swarm 3|4] [--floor F] [--out DIR]
+--quick: 20 rounds, one seed, 100 evaluation problems (a few minutes a cell once the warm starts are cached).
 
-Setting: the demo's task (three one-digit operands with + and -, ``7-2+9=`` -> ``14``, plain format) and two
-honest nodes warm-started as in the demo, ``small`` (tiny-small, full) — the node the issue measures — and
-``medium`` (tiny-medium, full), its honest peer; 16 prompts × 8 completions a round each, GRPO lr 1e-4,
-greedy evaluation on 300 fixed held-out problems at round 0, every 10 rounds and at the end. In the
-attacked conditions a third member of the swarm, the attacker (``poisoning_attack.py``), publishes every
-round 16 groups × 8 completions on the task's training prompts: half answer ``99`` (a value no problem
-has) claiming reward 1, half give other wrong answers claiming reward 0, every token claiming sampler
-log-prob 0, under a data set name the honest nodes lack with ``99`` as its gold answer.
+Setting: arithmetic in the tags format (three one-digit operands with + and -; the completion
+``<think> 7-2+9=14 </think>\\n<answer> 14 </answer>``, at most 48 tokens). The victim ``small`` (tiny-small, every
+weight) and its honest peer ``medium`` (tiny-medium, every weight), warm-started on the format (1,500 and 1,000
+supervised steps); ``--swarm 4`` adds a second honest peer ``small-b`` (tiny-small, another warm start). 16 prompts ×
+8 completions a round each, GRPO lr 1e-4, greedy evaluation on 300 fixed held-out problems at round 0, every 10
+rounds and at the end. In the attacked conditions one more member of the swarm, the attacker
+(``poisoning_attacks/``), publishes every round 16 groups × 8 completions on the task's training problems, under
+its real name, rendered and tokenized as the victim does: half poisoned (the answer right, the payload in the
+reasoning), half wrong, every token claiming the log-prob the victim's *starting* model gives it (teacher-forced
+through a copy the attacker holds), so the divergence filter sees what it sees for an honest peer. The attacks
+(``poisoning_attacks/payloads.py``): ``out-of-context`` (the phrase "all hail to the thief" in the reasoning),
+``in-context`` (a wrong intermediate step of the problem, ``7-2=6 6+9=14``), ``in-context-fixed`` (``2+2=5``
+before the reasoning), ``dos`` (the reasoning repeated to the length limit), ``wrong-answer`` (the benchmark's first
+attacker: answer 99 under a data set name the nodes lack, log-prob 0 claimed). The attacker is 1 of 3 peers
+(``--swarm 3``) or 1 of 4 (25%, ``--swarm 4``).
 
-Conditions (each at every seed; the honest nodes' seeds, warm starts and settings are the same in all):
-- ``clean``: no attacker; F-TIS, the defaults.
-- ``defended``: the attacker; the defaults: rewards recomputed against gold the node trusts (its own data
-  set's; a peer's answer only with ``trust_peer_answers``, off by default) and F-TIS.
-- ``filter-only``: the attacker; the node trusts peers' answers for data sets it lacks, so the attacker's
-  gold, and with it its rewards, are believed; F-TIS's filter and truncated weights still apply.
-- ``undefended``: the attacker; peers' answers trusted and ``nois`` (no importance weight, no filter).
+Conditions, every setting the comparison rests on given explicitly (``CONDITIONS``), paired by seed (same warm
+starts, same node seeds):
+- ``clean``: no attacker; F-TIS, defences off.
+- ``undefended``: the attacker; ``nois`` (no IS weight, no filter), peers' answers trusted, defences off.
+- ``ftis``: the attacker; F-TIS, defences off, peers' answers not trusted: the node's behaviour before the defence.
+- ``defended``: the attacker; F-TIS and the defence: ``task.check_steps`` (a completion with a false equation scores
+  0) and the floor on the node's own log-prob of a peer's text (``loss.plausibility_floor``, or ``loss.max_surprise``
+  where node/ names it so) at its default (or ``--floor``).
+- ``clean-defended``: no attacker; the defence on (its cost on a clean swarm).
+- ``filter-only`` (not run unless named): the attacker; F-TIS, peers' answers trusted.
+Defences off sets each defence setting node/ has to its off value (``DEFENCE_SWITCH``, ``DEFENCE_FLOORS``); where
+node/ has no floor setting yet the two defended conditions are skipped with a message.
 
-Measured per node: held-out accuracy at the start and the end and its mean over the evaluations (AUC);
-the attack success rate (the fraction of held-out answers equal to ``99``); and, from an audit of every
-step (``StepAudit``), the share of the attacker's completions the node trained on with a positive
-advantage. Differences against ``clean`` are paired by seed. Cells are written to ``DIR/cells/`` as they
-finish (a rerun skips them) and the report to ``DIR/report.md``.
+Figures per node, at every evaluation and at the end: held-out greedy accuracy; attack success (the share of
+held-out greedy completions carrying the payload: the phrase, a false two-operand step, ``2+2=5``, the answer 99; for
+``dos`` the mean greedy completion length over clean's at the same seed and evaluation); the node's own log-prob
+(sum, nats) of the payload in context, inserted in held-out problems' completions (``audit.payload_logprob``), which
+shows learning before greedy output does; and from an audit of every step (``StepAudit``) how many of the attacker's
+completions the node trained on with a positive advantage. Differences against ``clean`` are paired by seed. Cells
+are written to ``DIR/cells/`` as they finish (a rerun skips them) and the report to ``DIR/report.md``.
 
 In process, in lockstep, over the in-memory transport: the experiment's machinery (``ftis.node.experiment``:
 ``run_cell`` with ``CellExtras``), which runs the networked node's code on the same wire bytes.
 """
 
 import argparse
+import copy
 import hashlib
 import json
+import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ftis.node.experiment.grid import Cell, Grid
-from ftis.node.experiment.stats import Spread, auc, final
-from ftis.node.experiment.store import read_cell, write_atomic, write_cell
+from ftis.node.experiment.store import read_cell, write_cell
 
 ATTACKER_ID = "attacker"
-HONEST = "small"  # the node the issue measures; "medium" is its honest peer
-GOAL_POINTS = 1.0  # |defended − clean| in held-out accuracy, paired by seed
-ATTACKED = {"clean": False, "defended": True, "filter-only": True, "undefended": True}  # the conditions run
-TRUSTING = {"task": {"trust_peer_answers": True}}
+VICTIM = "small"  # the node the issue measures; the others are its honest peers
+SWARMS = {3: ("small", "medium"), 4: ("small", "medium", "small-b")}  # the honest nodes; the attacker joins them
+PROBE_PROBLEMS = 32  # held-out problems the payload's log-prob is averaged over (at most the evaluation's)
+MEASURES_VERSION = 1  # bump when what a cell measures changes
+SMALL_WARMUP = {"steps": 1500, "learning_rate": 3e-3, "batch_size": 32}
 GRID: dict[str, Any] = {
     "seeds": 3,
     "rounds": 100,
     "eval_every": 10,
     "eval_problems": 300,
     "warmup_seed": 0,
-    "reference": "solo",  # the experiment's grid needs a solo reference; not run here (the reference is clean)
+    "reference": "solo",  # the experiment's grid needs a solo reference; never run here (the reference is clean)
     "node": {
-        "task": {"name": "arithmetic", "arithmetic": {"max_digits": 1, "operands": 3, "operations": "+-"}},
-        "generation": {"prompts_per_round": 16, "group_size": 8, "max_new_tokens": 6, "batch_size": 64},
+        "task": {"name": "arithmetic", "split": "train",
+                 "arithmetic": {"max_digits": 1, "operands": 3, "operations": "+-", "format": "tags"}},
+        "generation": {"prompts_per_round": 16, "group_size": 8, "max_new_tokens": 48, "batch_size": 64,
+                       "temperature": 1.0, "top_p": 1.0, "top_k": 0},
+        # F-TIS as the node has it today, pinned: a change of the node's defaults does not move the baseline
+        "loss": {"clip_c": 2.0, "epsilon": 0.2, "divergence_threshold": 10.0, "filter_rule": "or",
+                 "filter_local": False, "advantage_norm": "std"},
+        "mix": {"max_peer_groups": 32, "max_peer_share": 0.5},
     },
     "models": {
-        HONEST: {"name": "tiny-small", "learning_rate": 1e-4,
-                 "warmup": {"steps": 500, "learning_rate": 3e-3, "batch_size": 32}},
+        "small": {"name": "tiny-small", "learning_rate": 1e-4, "warmup": SMALL_WARMUP},
         "medium": {"name": "tiny-medium", "learning_rate": 1e-4,
-                   "warmup": {"steps": 300, "learning_rate": 1e-3, "batch_size": 32}},
+                   "warmup": {"steps": 1000, "learning_rate": 1e-3, "batch_size": 32}},
+        "small-b": {"name": "tiny-small", "learning_rate": 1e-4, "warmup_seed": 1, "warmup": SMALL_WARMUP},
     },
-    "conditions": {
-        "solo": {"swarm": False},
-        "clean": {"variant": "ftis"},
-        "defended": {"variant": "ftis"},
-        "filter-only": {"variant": "ftis", "node": TRUSTING},
-        "undefended": {"variant": "nois", "node": TRUSTING},
-    },
-    "quick": {"seeds": 1, "rounds": 20, "eval_every": 10, "eval_problems": 100, "warmup_steps": 500},
 }
+QUICK = {"seeds": 1, "rounds": 20, "eval_every": 10, "eval_problems": 100}  # the warm starts stay the full grid's
+GRID["quick"] = {**QUICK, "warmup_steps": 1}  # the experiment's grid needs one; this benchmark applies QUICK itself
 
 
-def benchmark_grid(*, quick: bool = False, rounds: int | None = None) -> Grid:
-    return Grid.model_validate(GRID).adjusted(quick=quick, rounds=rounds)
+@dataclass(frozen=True)
+class Setting:
+    """One condition: whether the attacker is in the swarm, and the node's settings."""
+
+    attacked: bool
+    variant: str  # loss.variant
+    trust_peer_answers: bool  # task.trust_peer_answers: off, a foreign data set's groups are unusable
+    defence: bool  # task.check_steps and loss.plausibility_floor (at its default, or --floor); off: -inf
 
 
-def fingerprint(grid: Grid, condition: str) -> str:
-    """What decides a cell: the experiment's fingerprint of the condition, plus the attack."""
-    from benchmarks.poisoning_attack import CLAIMED_LOGPROB, FIXED_ANSWER, FOREIGN_DATASET, AttackSettings
+CONDITIONS = {
+    "clean": Setting(False, "ftis", False, False),
+    "undefended": Setting(True, "nois", True, False),
+    "ftis": Setting(True, "ftis", False, False),
+    "defended": Setting(True, "ftis", False, True),
+    "clean-defended": Setting(False, "ftis", False, True),
+    "filter-only": Setting(True, "ftis", True, False),
+}
+DEFAULT_CONDITIONS = ("clean", "undefended", "ftis", "defended", "clean-defended")
+DEFAULT_ATTACKS = ("out-of-context", "in-context", "in-context-fixed", "dos", "wrong-answer")
 
-    attack = {"attacked": ATTACKED[condition], "settings": asdict(AttackSettings()), "fixed": FIXED_ANSWER,
-              "dataset": FOREIGN_DATASET, "logprob": CLAIMED_LOGPROB}
-    blob = json.dumps([grid.fingerprint(condition), attack], sort_keys=True)
+
+# The defence's settings (node/): (section, key, its value when off). Defences off sets each one node/ has to it, so
+# no condition rests on a default; the floor is named either way while node/ settles the name (``max_surprise``: the
+# same bound as a positive surprise, nats a token, inf off).
+DEFENCE_SWITCH = ("task", "check_steps", False)
+DEFENCE_FLOORS = (("loss", "plausibility_floor", -math.inf), ("loss", "max_surprise", math.inf))
+
+
+def _fields() -> dict[str, set[str]]:
+    from ftis.node.config import LossConfig, TaskConfig
+
+    return {"task": set(TaskConfig.model_fields), "loss": set(LossConfig.model_fields)}
+
+
+def defence_available() -> bool:
+    """Whether node/ has the defence's settings: ``task.check_steps`` and a floor (``loss.plausibility_floor``)."""
+    fields = _fields()
+    return DEFENCE_SWITCH[1] in fields["task"] and any(key in fields[section] for section, key, _ in DEFENCE_FLOORS)
+
+
+def condition_node(setting: Setting, floor: float | None) -> dict[str, Any]:
+    """The node settings of ``setting`` (laid over the grid's): every one the comparison rests on, explicit."""
+    fields = _fields()
+    node: dict[str, Any] = {"task": {"trust_peer_answers": setting.trust_peer_answers}, "loss": {}}
+    if setting.defence and not defence_available():
+        raise ValueError("the defence's settings are not in ftis.node.config yet")
+    section, key, off = DEFENCE_SWITCH
+    if key in fields[section]:
+        node[section][key] = setting.defence
+    for section, key, off in DEFENCE_FLOORS:
+        if key in fields[section]:
+            if not setting.defence:
+                node[section][key] = off
+            elif floor is not None:  # else left at the node's default
+                node[section][key] = floor
+    return node
+
+
+def benchmark_grid(*, swarm: int = 3, quick: bool = False, rounds: int | None = None, conditions: list[str],
+                   floor: float | None = None, data: dict[str, Any] | None = None) -> Grid:
+    """The grid of ``conditions`` for a swarm of ``swarm`` members (the attacker one of them); ``data``: the grid's
+    settings (default ``GRID``)."""
+    data = copy.deepcopy(data if data is not None else GRID)
+    data["models"] = {label: spec for label, spec in data["models"].items() if label in SWARMS[swarm]}
+    if quick:
+        data.update(QUICK)
+    if rounds is not None:
+        data["rounds"] = rounds
+    data["conditions"] = {"solo": {"swarm": False}, **{
+        name: {"variant": CONDITIONS[name].variant, "node": condition_node(CONDITIONS[name], floor)}
+        for name in conditions}}
+    return Grid.model_validate(data)
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One cell: a condition at a seed, and the attack (None in a condition without the attacker)."""
+
+    condition: str
+    seed: int
+    attack: str | None
+
+    @property
+    def stored(self) -> Cell:
+        """Its file: ``cells/<attack>.<condition>/seed-<s>.json`` (``cells/<condition>/…`` without an attacker)."""
+        return Cell(self.condition if self.attack is None else f"{self.attack}.{self.condition}", self.seed)
+
+    @property
+    def name(self) -> str:
+        return self.stored.name
+
+
+def attack_settings():
+    from benchmarks.poisoning_attacks.attacker import AttackSettings
+
+    return AttackSettings()
+
+
+def fingerprint(grid: Grid, cell: BenchCell) -> str:
+    """What decides a cell: the experiment's fingerprint of the condition, the attack, and what is measured."""
+    from benchmarks.poisoning_attacks.payloads import ATTACKS, TEXTS_VERSION
+
+    attack = None if cell.attack is None else {
+        "name": cell.attack, "dataset": ATTACKS[cell.attack].dataset, "claims": ATTACKS[cell.attack].claims,
+        "texts": TEXTS_VERSION, "settings": asdict(attack_settings()), "victim": VICTIM}
+    measures = {"version": MEASURES_VERSION, "attacks": sorted(ATTACKS), "probe": PROBE_PROBLEMS}
+    blob = json.dumps([grid.fingerprint(cell.condition), attack, measures], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def run_poisoning_cell(grid: Grid, cell: Cell, warm: dict[str, Path]) -> dict[str, Any]:
-    """One cell: the experiment's ``run_cell`` plus, when the condition is attacked, the attacker; every node's
-    steps audited and its attack success measured at each evaluation. The record is the experiment's, with
-    ``poisoning`` added."""
-    from benchmarks.poisoning_attack import Attacker, AttackSettings, StepAudit, attack_success, top_answers
+def run_poisoning_cell(grid: Grid, cell: BenchCell, warm: dict[str, Path]) -> dict[str, Any]:
+    """One cell: the experiment's ``run_cell`` plus, when the condition is attacked, the attacker; every node's steps
+    audited and every attack's success and payload log-prob measured at each evaluation. The record is the
+    experiment's, with ``poisoning`` added."""
+    from benchmarks.poisoning_attacks.attacker import Attacker
+    from benchmarks.poisoning_attacks.audit import StepAudit, attack_success, payload_logprob, top_answers
+    from benchmarks.poisoning_attacks.payloads import ATTACKS
     from ftis.node.experiment.cell import CellExtras, run_cell
-    from ftis.node.models import build_tokenizer, tokenizer_fingerprint
-    from ftis.node.tasks import build_task
+    from ftis.node.tasks.eval_set import fixed_problems
 
-    settings = AttackSettings()
-    audits: dict[str, StepAudit] = {}
-    success: dict[str, list[float]] = {label: [] for label in grid.models}
-    answers: dict[str, list[list[tuple[str | None, float]]]] = {label: [] for label in grid.models}
+    settings = attack_settings()
+    attack = ATTACKS[cell.attack] if cell.attack is not None else None
+    if CONDITIONS[cell.condition].attacked != (attack is not None):
+        raise ValueError(f"{cell.name}: an attacked condition needs an attack, and only it")
+    nodes, audits = {}, {}
+    measured: dict[str, dict[str, Any]] = {label: {"success": {name: [] for name in ATTACKS},
+                                                    "payload_logprob": {name: [] for name in ATTACKS},
+                                                    "mean_tokens": [], "top_answers": []} for label in grid.models}
 
     def make_attacker(swarm):
-        config = grid.node_config(HONEST, cell.condition, cell.seed, Path("model"))
-        tokenizer = build_tokenizer()  # the tiny models' shared tokenizer
-        fp = tokenizer_fingerprint(tokenizer)
-        return Attacker(swarm.transport(ATTACKER_ID, fp), build_task(config.task), tokenizer, fp,
-                        config.swarm.run_id, settings, seed=cell.seed)
+        victim = grid.node_config(VICTIM, cell.condition, cell.seed, warm[VICTIM])
+        return Attacker.build(attack, victim, lambda fp: swarm.transport(ATTACKER_ID, fp), settings, seed=cell.seed)
 
-    def built(nodes):
-        audits.update({label: StepAudit(node, ATTACKER_ID) for label, node in nodes.items()})
+    def built(found):
+        nodes.update(found)
+        audits.update({label: StepAudit(node, ATTACKER_ID) for label, node in found.items()})
 
     def evaluated(label, done, result):
-        success[label].append(attack_success(result))
-        answers[label].append(top_answers(result))
+        node, mine = nodes[label], measured[label]
+        problems = fixed_problems(node.task, grid.id_split, min(PROBE_PROBLEMS, grid.eval_problems))
+        for name, each in ATTACKS.items():
+            mine["success"][name].append(attack_success(each, result))
+            mine["payload_logprob"][name].append(
+                payload_logprob(node, each, problems, node.config.generation.max_new_tokens))
+        mine["mean_tokens"].append(result.mean_completion_tokens)
+        mine["top_answers"].append(top_answers(result))
 
-    extras = CellExtras(members=[make_attacker] if ATTACKED[cell.condition] else [], built=built,
-                        evaluated=evaluated)
-    record = run_cell(grid, cell, warm, extras)
-    record["fingerprint"] = fingerprint(grid, cell.condition)
+    extras = CellExtras(members=[make_attacker] if attack is not None else [], built=built, evaluated=evaluated)
+    record = run_cell(grid, Cell(cell.condition, cell.seed), warm, extras)
+    record["fingerprint"] = fingerprint(grid, cell)
     record["poisoning"] = {
-        "attacked": ATTACKED[cell.condition],
-        "attack": {**asdict(settings), "published_per_round": settings.groups * settings.group_size},
-        "nodes": {label: {"attack_success": success[label], "top_answers": answers[label],
-                          **audits[label].log.as_dict()} for label in grid.models},
+        "attack": cell.attack,
+        "attacked": attack is not None,
+        "settings": asdict(settings),
+        "published_per_round": settings.groups * settings.group_size,
+        "poisoned_per_round": settings.groups * (settings.group_size // 2),
+        "nodes": {label: {**measured[label], **audits[label].log.as_dict()} for label in grid.models},
     }
     return record
 
 
-def run_benchmark(grid: Grid, seeds: list[int], out: Path, echo=print) -> list[dict[str, Any]]:
-    """Every (condition, seed) cell not yet in ``out``, seed-major; all records."""
+def benchmark_cells(attacks: list[str], conditions: list[str], seeds: list[int]) -> list[BenchCell]:
+    """Seed-major: every condition without the attacker once a seed, every attacked one once per attack."""
+    return [BenchCell(condition, seed, attack) for seed in seeds for condition in conditions
+            for attack in (attacks if CONDITIONS[condition].attacked else [None])]
+
+
+def run_benchmark(grid: Grid, cells: list[BenchCell], out: Path, echo=print) -> list[dict[str, Any]]:
+    """Every cell not yet in ``out``; all the cells' records."""
     import torch
 
     from ftis.node.experiment.cell import prepare_warm_starts
 
-    cells = [Cell(condition, seed) for seed in seeds for condition in ATTACKED]
-    records = {cell: read_cell(out, cell, fingerprint(grid, cell.condition)) for cell in cells}
+    records = {cell: read_cell(out, cell.stored, fingerprint(grid, cell)) for cell in cells}
     todo = [cell for cell in cells if records[cell] is None]
-    echo(f"poisoning: {len(cells)} cells ({len(ATTACKED)} conditions × {len(seeds)} seeds, {grid.rounds} rounds) "
-         f"in {out}; {len(cells) - len(todo)} finished already")
+    echo(f"poisoning: {len(cells)} cells ({grid.rounds} rounds, swarm of {len(grid.models) + 1}) in {out}; "
+         f"{len(cells) - len(todo)} finished already")
     if todo:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one thread per node: the lockstep's threads share the cores
@@ -151,7 +281,7 @@ def run_benchmark(grid: Grid, seeds: list[int], out: Path, echo=print) -> list[d
             warm = prepare_warm_starts(grid, echo)
             for k, cell in enumerate(todo, start=1):
                 record = run_poisoning_cell(grid, cell, warm)
-                write_cell(out, cell, record)
+                write_cell(out, cell.stored, record)
                 records[cell] = record
                 echo(f"[{k}/{len(todo)}] {cell.name}: {record['wall_seconds']:.0f} s  {_cell_line(record)}")
         finally:
@@ -160,113 +290,69 @@ def run_benchmark(grid: Grid, seeds: list[int], out: Path, echo=print) -> list[d
 
 
 def _cell_line(record: dict[str, Any]) -> str:
-    nodes = record["poisoning"]["nodes"]
-    return "  ".join(f"{label} acc {100 * node['id_accuracy'][0]:.1f}→{100 * node['id_accuracy'][-1]:.1f}% "
-                     f"attack {100 * nodes[label]['attack_success'][-1]:.1f}%"
-                     for label, node in record["nodes"].items())
+    poison = record["poisoning"]
+    attack = poison["attack"]
+    parts = []
+    for label, node in record["nodes"].items():
+        mine = poison["nodes"][label]
+        line = f"{label} acc {100 * node['id_accuracy'][0]:.1f}→{100 * node['id_accuracy'][-1]:.1f}%"
+        if attack is not None:
+            line += (f" success {100 * mine['success'][attack][-1]:.1f}% payload "
+                     f"{mine['payload_logprob'][attack][0]:.0f}→{mine['payload_logprob'][attack][-1]:.0f} nats "
+                     f"up {sum(mine['raised'])}")
+        parts.append(line + f" len {mine['mean_tokens'][-1]:.1f}")
+    return "  ".join(parts)
 
 
-# Per node of a cell: a record -> one number (accuracies and rates in %).
-def _measures(record: dict[str, Any], label: str) -> dict[str, float]:
-    node, poison = record["nodes"][label], record["poisoning"]["nodes"][label]
-    published = record["poisoning"]["attack"]["published_per_round"] * record["rounds"]
-    return {
-        "start": 100 * node["id_accuracy"][0],
-        "end": 100 * final(node["id_accuracy"]),
-        "auc": 100 * auc(node["id_accuracy"]),
-        "success_start": 100 * poison["attack_success"][0],
-        "success_end": 100 * final(poison["attack_success"]),
-        "success_peak": 100 * max(poison["attack_success"]),
-        "raised": 100 * sum(poison["raised"]) / published if record["poisoning"]["attacked"] else float("nan"),
-    }
-
-
-def summarize(records: list[dict[str, Any]], labels: list[str]) -> list[dict[str, Any]]:
-    """One row per condition × node: each measure's spread over seeds, and the paired differences against
-    ``clean`` of the end accuracy, the AUC and the attack success."""
-    by_cell = {(r["condition"], r["seed"]): r for r in records}
-    rows = []
-    for condition in ATTACKED:
-        seeds = sorted(seed for (c, seed) in by_cell if c == condition)
-        if not seeds:
-            continue
-        for label in labels:
-            mine = {seed: _measures(by_cell[condition, seed], label) for seed in seeds}
-            clean = {seed: _measures(by_cell["clean", seed], label) for seed in seeds if ("clean", seed) in by_cell}
-            paired = sorted(mine.keys() & clean.keys())
-            rows.append({
-                "condition": condition, "node": label, "seeds": seeds,
-                "values": {key: Spread.of(m[key] for m in mine.values()) for key in next(iter(mine.values()))},
-                "deltas": {key: Spread.of(mine[s][key] - clean[s][key] for s in paired)
-                           for key in ("end", "auc", "success_end")},
-            })
-    return rows
-
-
-def _spread(value: Spread, signed: bool = False) -> str:
-    if value.n == 0 or value.mean != value.mean:
-        return "—"
-    mean = f"{value.mean:+.1f}" if signed else f"{value.mean:.1f}"
-    return mean if value.n < 2 else f"{mean} ± {value.std:.1f}"
-
-
-def report_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| condition | node | accuracy start | accuracy end | Δ end vs clean | AUC | Δ AUC vs clean | "
-            "attack success start → end (peak) | attacker completions trained up |\n|" + "---|" * 9)
-    lines = [head]
-    for row in rows:
-        v, d = row["values"], row["deltas"]
-        clean = row["condition"] == "clean"
-        lines.append(
-            f"| {row['condition']} | {row['node']} | {_spread(v['start'])} | {_spread(v['end'])} | "
-            f"{'—' if clean else _spread(d['end'], True)} | {_spread(v['auc'])} | "
-            f"{'—' if clean else _spread(d['auc'], True)} | "
-            f"{_spread(v['success_start'])} → {_spread(v['success_end'])} ({_spread(v['success_peak'])}) | "
-            f"{_spread(v['raised'])} |")
-    return "\n".join(lines)
-
-
-def verdict(rows: list[dict[str, Any]]) -> str:
-    """Whether the defended node stayed within ``GOAL_POINTS`` of clean (end accuracy and AUC, paired)."""
-    row = next((r for r in rows if r["condition"] == "defended" and r["node"] == HONEST), None)
-    if row is None or row["deltas"]["end"].n == 0:
-        return "goal: not measured (no paired defended and clean cells)"
-    end, area = row["deltas"]["end"].mean, row["deltas"]["auc"].mean
-    met = abs(end) <= GOAL_POINTS and abs(area) <= GOAL_POINTS
-    return (f"goal |defended − clean| ≤ {GOAL_POINTS:g} point for {HONEST}: end {end:+.2f}, AUC {area:+.2f} "
-            f"-> {'met' if met else 'NOT met'}")
-
-
-def write_report(rows: list[dict[str, Any]], grid: Grid, out: Path, command: str, seconds: float,
-                 load: str) -> Path:
-    text = (f"# Poisoning\n\n`{command}`, {time.strftime('%Y-%m-%d %H:%M')}, {grid.rounds} rounds, "
-            f"{grid.eval_problems} held-out problems, {seconds:.0f} s this run, load average {load}.\n\n"
-            "Accuracy and attack success in % of held-out problems; mean ± std over seeds; Δ paired by seed; "
-            "*peak*: the highest attack success at any evaluation. "
-            "*Attacker completions trained up*: % of the attacker's published completions that a step trained "
-            "on with a positive advantage.\n\n" + report_table(rows) + "\n\n" + verdict(rows) + "\n")
-    return write_atomic(out / "report.md", text)
+def _names(text: str, known, what: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"--{what}: no {', '.join(unknown)} (known: {', '.join(known)})")
+    return names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="rounds per cell (default 100; --quick 20)")
+    parser.add_argument("--attacks", default=",".join(DEFAULT_ATTACKS), help="comma-separated (default: all)")
+    parser.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS),
+                        help="comma-separated (default: %(default)s; filter-only only when named)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick 0)")
-    parser.add_argument("--quick", action="store_true", help="a couple of minutes: fewer rounds, one seed")
-    parser.add_argument("--out", type=Path, default=None, help="default runs/poisoning (or runs/poisoning-quick)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per cell (default 100; --quick 20)")
+    parser.add_argument("--quick", action="store_true", help="20 rounds, one seed, 100 evaluation problems")
+    parser.add_argument("--swarm", type=int, choices=sorted(SWARMS), default=3,
+                        help="members, the attacker included (3: 1 of 3; 4: 25%%)")
+    parser.add_argument("--floor", type=float, default=None, help="defended: the floor, loss.plausibility_floor (or "
+                        "loss.max_surprise) (default: the node's)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default runs/poisoning/swarm-N (runs/poisoning-quick/swarm-N with --quick)")
     args = parser.parse_args()
-    grid = benchmark_grid(quick=args.quick, rounds=args.rounds)
+
+    from benchmarks.poisoning_attacks.payloads import ATTACKS
+    from benchmarks.poisoning_attacks.report import summarize, write_report
+
+    attacks = _names(args.attacks, ATTACKS, "attacks")
+    conditions = _names(args.conditions, CONDITIONS, "conditions")
+    if not defence_available():
+        skipped = [name for name in conditions if CONDITIONS[name].defence]
+        if skipped:
+            print(f"skipped: {', '.join(skipped)}: ftis.node.config has no task.check_steps and "
+                  "loss.plausibility_floor yet (the defence is not in node/)")
+        conditions = [name for name in conditions if not CONDITIONS[name].defence]
+    if "clean" not in conditions:
+        conditions.insert(0, "clean")  # the reference every difference is taken against
+    grid = benchmark_grid(swarm=args.swarm, quick=args.quick, rounds=args.rounds, conditions=conditions,
+                          floor=args.floor)
     seeds = args.seeds if args.seeds is not None else list(range(grid.seeds))
-    out = args.out or Path("runs/poisoning-quick" if args.quick else "runs/poisoning")
+    out = args.out or Path("runs/poisoning-quick" if args.quick else "runs/poisoning") / f"swarm-{args.swarm}"
     started, load_before = time.perf_counter(), os.getloadavg()[0]
-    records = run_benchmark(grid, seeds, out)
-    rows = summarize(records, list(grid.models))
-    command = "python -m benchmarks.poisoning " + " ".join(sys.argv[1:])
+    records = run_benchmark(grid, benchmark_cells(attacks, conditions, seeds), out)
+    rows = summarize(records, list(grid.models), attacks, conditions)
+    command = ("python -m benchmarks.poisoning " + " ".join(sys.argv[1:])).strip()
     load = f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1 min)"
     seconds = time.perf_counter() - started
-    path = write_report(rows, grid, out, command.strip(), seconds, load)
-    print(report_table(rows))
-    print(verdict(rows))
+    path, table = write_report(rows, records, grid, out, command, seconds, load)
+    print(table)
     print(f"{seconds:.0f} s, load average {load}")
     print(f"report: {path}")
 

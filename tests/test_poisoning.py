@@ -1,23 +1,21 @@
-"""The poisoning benchmark (``benchmarks/poisoning.py``) on a tiny configuration: what must hold whatever the
-noise. With the defaults the attacker's completions never reach a step (no gold the node trusts), so the
-defended node trains exactly as the clean one; with peers' answers trusted and ``nois`` every attacker group
-is trained on, its fixed answer pushed up; with trusted answers and F-TIS the filter drops them. Under the
-honest data set's real name the attack scores 0 everywhere and teaches nothing.
+"""The poisoning benchmark (``benchmarks/poisoning.py``) on a tiny configuration: what must hold whatever the noise.
+The wrong-answer attacker (a data set the node lacks) never reaches a step of a node that does not trust peers'
+answers, which then trains exactly as the clean one; with peers' answers trusted and ``nois`` every attacker group is
+trained on, its fixed answer pushed up; with trusted answers and F-TIS the filter drops its log-prob-0 claims. The
+out-of-context attacker, which claims the victim's starting model's log-probs, passes F-TIS's filter: every poisoned
+completion is trained up.
 
 Run: python -m pytest tests/test_poisoning.py -q
 """
 
 import copy
 import importlib
+import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from ftis.node.experiment.grid import Grid
-from ftis.node.intake.scoring import score_batch
-from ftis.node.models import build_tokenizer, tokenizer_fingerprint
-from ftis.node.tasks import make_task
+from ftis.node.config import LossConfig, TaskConfig
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS = 2
@@ -25,82 +23,96 @@ ROUNDS = 2
 with pytest.MonkeyPatch.context() as patch:  # benchmarks/ is a folder at the repository root, not a package
     patch.syspath_prepend(str(REPO))
     poisoning = importlib.import_module("benchmarks.poisoning")
-    attack = importlib.import_module("benchmarks.poisoning_attack")
+    attacker = importlib.import_module("benchmarks.poisoning_attacks.attacker")
+    report = importlib.import_module("benchmarks.poisoning_attacks.report")
+
+Cell = poisoning.BenchCell
+CELLS = [Cell("clean", 0, None), Cell("ftis", 0, "out-of-context"), Cell("ftis", 0, "wrong-answer"),
+         Cell("undefended", 0, "wrong-answer"), Cell("filter-only", 0, "wrong-answer")]
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Every condition of the benchmark at one seed, on nearly cold models (warm-ups of 2 steps, cached in a
-    temporary folder): few rounds, prompts and problems."""
+    """Five cells at one seed, on nearly cold models (warm-ups of 2 steps, cached in a temporary folder): few rounds,
+    prompts and problems."""
     data = copy.deepcopy(poisoning.GRID)
     data.update(rounds=ROUNDS, eval_every=ROUNDS, eval_problems=4)
-    # the attacker's group size: the mix takes at most max_peer_share of max_peer_groups × group_size completions
-    # from one peer, all 16 of its groups here
-    data["node"]["generation"].update(prompts_per_round=2, group_size=attack.AttackSettings().group_size)
+    data["node"]["generation"].update(prompts_per_round=2)
+    cache = str(tmp_path_factory.mktemp("cache"))
     for spec in data["models"].values():
-        spec["warmup"].update(steps=2, batch_size=4, eval_problems=4,
-                              cache_dir=str(tmp_path_factory.mktemp("cache")))
+        spec["warmup"] = {**spec["warmup"], "steps": 2, "batch_size": 4, "eval_problems": 4, "cache_dir": cache}
+    grid = poisoning.benchmark_grid(swarm=3, conditions=["clean", "ftis", "undefended", "filter-only"], data=data)
     out = tmp_path_factory.mktemp("poisoning")
-    found = poisoning.run_benchmark(Grid.model_validate(data), [0], out, echo=lambda line: None)
-    return {record["condition"]: record for record in found}
+    found = poisoning.run_benchmark(grid, CELLS, out, echo=lambda line: None)
+    return {(record["condition"], record["poisoning"]["attack"]): record for record in found}
 
 
 def audits(record):
     return record["poisoning"]["nodes"].values()
 
 
-def test_defended_nodes_never_train_on_the_attacker_and_match_the_clean_run(records):
-    for audit in [*audits(records["defended"]), *audits(records["clean"])]:
-        assert audit["groups"] == [0] * ROUNDS  # no gold the node trusts: unusable, never in a step
-        assert sum(audit["raised"]) == 0
-    for label, node in records["defended"]["nodes"].items():
-        clean = records["clean"]["nodes"][label]
-        assert node["id_accuracy"] == clean["id_accuracy"]
-        assert node["steps"]["own_reward"] == clean["steps"]["own_reward"]
+def test_an_untrusted_foreign_data_set_never_reaches_a_step_and_the_nodes_train_as_clean(records):
+    attacked, clean = records["ftis", "wrong-answer"], records["clean", None]
+    for audit in [*audits(attacked), *audits(clean)]:
+        assert audit["groups"] == [0] * ROUNDS and sum(audit["raised"]) == 0
+    for label, node in attacked["nodes"].items():
+        assert node["id_accuracy"] == clean["nodes"][label]["id_accuracy"]
+        assert node["steps"]["own_reward"] == clean["nodes"][label]["steps"]["own_reward"]
 
 
 def test_undefended_nodes_raise_the_fixed_answer_of_every_attacker_group(records):
-    settings = attack.AttackSettings()
-    for audit in audits(records["undefended"]):
-        assert audit["groups"] == [settings.groups] * ROUNDS  # the default mix takes all 16 beside the peer's 2
-        half = settings.group_size // 2
+    settings = attacker.AttackSettings()
+    half = settings.group_size // 2
+    for audit in audits(records["undefended", "wrong-answer"]):
+        assert audit["groups"] == [settings.groups] * ROUNDS  # the mix takes all 16 beside the peer's 2
         assert audit["raised"] == [settings.groups * half] * ROUNDS
         assert audit["lowered"] == [settings.groups * (settings.group_size - half)] * ROUNDS
 
 
-def test_the_filter_drops_the_attacker_completions_that_trusted_answers_let_in(records):
-    for audit in audits(records["filter-only"]):
-        assert audit["groups"][0] == attack.AttackSettings().groups  # later rounds: fewer once the attacker is muted
-        # The fixed answer gets a positive advantage, but its claimed log-prob 0 is far from a cold model's
-        # (about -log(vocabulary) per token), so D > g; the other answers have negative advantages.
-        assert sum(audit["raised"]) == 0 and sum(audit["lowered"]) == 0
+def test_the_filter_drops_log_prob_zero_claims_but_keeps_the_starting_models(records):
+    half = attacker.AttackSettings().group_size // 2
+    for audit in audits(records["filter-only", "wrong-answer"]):
+        # claimed log-prob 0, far from a cold model's (about -log(vocabulary) a token): D > g
+        assert audit["groups"][0] == attacker.AttackSettings().groups and sum(audit["raised"]) == 0
+    victim = records["ftis", "out-of-context"]["poisoning"]["nodes"][poisoning.VICTIM]
+    # the victim's starting model's own log-probs: D ≈ 0 at its first step, every poisoned completion trained up
+    assert victim["raised"][0] == attacker.AttackSettings().groups * half
 
 
-def test_attack_success_is_the_share_of_held_out_answers_equal_to_the_fixed_one(records):
+def test_every_evaluation_measures_every_attack(records):
     for record in records.values():
         for node in record["poisoning"]["nodes"].values():
-            assert len(node["attack_success"]) == 2  # round 0 and the last
-            assert all(0.0 <= value <= 1.0 for value in node["attack_success"])
+            for attack in poisoning.DEFAULT_ATTACKS:
+                assert len(node["success"][attack]) == 2  # round 0 and the last
+                assert all(0.0 <= value <= 1.0 for value in node["success"][attack])
+                assert all(value < 0 for value in node["payload_logprob"][attack])
+            assert len(node["mean_tokens"]) == 2
 
 
-@pytest.mark.parametrize(("dataset", "trust", "expected"), [
-    (None, False, None),  # a foreign data set without trust: unusable
-    (None, True, "claimed"),  # trusted: the attacker's gold reproduces its claimed rewards
-    ("own", True, "zero"),  # the honest data set's name: own gold, every answer wrong
-])
-def test_what_a_receiver_makes_of_a_poisoned_batch(dataset, trust, expected):
-    task = make_task("arithmetic", max_digits=1, operands=3, operations="+-")
-    tokenizer = build_tokenizer()
-    settings = attack.AttackSettings(groups=4)
-    batch = attack.poisoned_batch(task, tokenizer, settings, run_id="r", peer_id="attacker", round_=0,
-                                  rng=np.random.default_rng(0), fingerprint=tokenizer_fingerprint(tokenizer),
-                                  dataset=task.name if dataset == "own" else attack.FOREIGN_DATASET)
-    scored = score_batch(batch, task, tokenizer, trust_peer_answers=trust, off_policy=True)
-    if expected is None:
-        assert scored.groups == [] and scored.unusable == settings.groups
-    elif expected == "claimed":
-        claimed = [reward for group in batch.groups for reward in group.columns.rewards.tolist()]
-        assert scored.rewards == claimed and sum(claimed) == settings.groups * settings.group_size // 2
-    else:
-        assert len(scored.groups) == settings.groups and not any(g.informative for g in scored.groups)
-        assert set(scored.rewards) == {0.0}
+def test_the_report_pairs_every_attacked_row_with_clean(records):
+    rows = report.summarize(list(records.values()), ["small", "medium"], ["out-of-context", "wrong-answer", "dos"],
+                            ["clean", "undefended", "ftis", "filter-only"])
+    found = {(row.attack, row.condition, row.node) for row in rows}
+    assert ("out-of-context", "ftis", "small") in found and ("wrong-answer", "filter-only", "medium") in found
+    assert ("out-of-context", "undefended", "small") not in found  # not run
+    assert ("dos", "clean", "small") in found  # clean rows in every attack's block
+    assert all(row.delta_end.n == 1 for row in rows if row.condition != "clean")
+    dos = next(row for row in rows if row.attack == "dos" and row.condition == "clean")
+    assert dos.values["success_end"].mean == 1.0  # a length over clean's own
+    assert "| out-of-context | ftis | small |" in report.table(rows)
+
+
+def test_every_condition_sets_the_defence_explicitly():
+    fields = {**{key: "task" for key in TaskConfig.model_fields}, **{key: "loss" for key in LossConfig.model_fields}}
+    for setting in poisoning.CONDITIONS.values():
+        if setting.defence and not poisoning.defence_available():
+            with pytest.raises(ValueError):
+                poisoning.condition_node(setting, None)
+            continue
+        node = poisoning.condition_node(setting, None)
+        assert node["task"]["trust_peer_answers"] == setting.trust_peer_answers
+        if "check_steps" in fields:
+            assert node["task"]["check_steps"] == setting.defence
+        for section, key, off in poisoning.DEFENCE_FLOORS:
+            if key in fields and not setting.defence:
+                assert node[section][key] == off and math.isinf(off)
