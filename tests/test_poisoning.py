@@ -100,6 +100,7 @@ def test_the_report_pairs_every_attacked_row_with_clean(records):
     dos = next(row for row in rows if row.attack == "dos" and row.condition == "clean")
     assert dos.values["success_end"].mean == 1.0  # a length over clean's own
     assert "| out-of-context | ftis | small |" in report.table(rows)
+    assert "| wrong-answer | undefended | medium | success |" in report.curves_table(rows, [0, ROUNDS])
 
 
 def test_every_condition_sets_the_defence_explicitly():

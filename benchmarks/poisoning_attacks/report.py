@@ -126,22 +126,21 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def curves_table(rows: list[Row], rounds: list[int], node: str) -> str:
-    """``node``'s figures at every evaluation (means over seeds): accuracy, attack success, payload log-prob."""
-    head = f"| attack | condition | figure | {' | '.join(f'r{r}' for r in rounds)} |\n|" + "---|" * (3 + len(rounds))
+def curves_table(rows: list[Row], rounds: list[int]) -> str:
+    """Every node's figures at every evaluation (means over seeds): accuracy, attack success, payload log-prob."""
+    head = (f"| attack | condition | node | figure | {' | '.join(f'r{r}' for r in rounds)} |\n|"
+            + "---|" * (4 + len(rounds)))
     lines = [head]
     for row in rows:
-        if row.node != node:
-            continue
         for figure, digits in (("accuracy", 1), ("success", 2 if ATTACKS[row.attack].success == "length" else 1),
                                ("payload", 0)):
             values = " | ".join(f"{v:.{digits}f}" for v in row.curves[figure])
-            lines.append(f"| {row.attack} | {row.condition} | {figure} | {values} |")
+            lines.append(f"| {row.attack} | {row.condition} | {row.node} | {figure} | {values} |")
     return "\n".join(lines)
 
 
 def write_report(rows: list[Row], records: list[Record], grid: Grid, out: Path, command: str, seconds: float,
-                 load: str, victim: str = "small") -> tuple[Path, str]:
+                 load: str) -> tuple[Path, str]:
     """``out/report.md``, and the main table."""
     main = table(rows)
     rounds = records[0]["nodes"][next(iter(records[0]["nodes"]))]["eval_rounds"] if records else []
@@ -156,6 +155,6 @@ def write_report(rows: list[Row], records: list[Record], grid: Grid, out: Path, 
         "summed log-prob (nats) of the payload in context, mean over held-out problems; *trained up*: the attacker's "
         "poisoned completions a step trained on with a positive advantage (sum over rounds, and % of those "
         "published). Mean ± std over seeds; Δ paired by seed.\n\n"
-        + main + f"\n\n## {victim} at every evaluation (mean over seeds)\n\n" + curves_table(rows, rounds, victim)
+        + main + "\n\n## At every evaluation (mean over seeds)\n\n" + curves_table(rows, rounds)
         + "\n")
     return write_atomic(out / "report.md", text), main
