@@ -78,7 +78,7 @@ def rejections(node, peer_id: str) -> dict[str, int]:
 
 
 def test_completions_longer_than_the_node_samples_are_never_trained_on_and_charge_their_peer():
-    # 16 completions of 200 tokens each: the node samples at most 6. Before the door, the group was trained on in
+    # 16 completions of 200 tokens each: the node samples at most 6. Past the door, the group would be trained on in
     # one pass of 16 rows of ~206 tokens, whatever max_tokens_per_microbatch said.
     hub = MemoryHub()
     node = node_on(hub)

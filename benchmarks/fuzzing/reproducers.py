@@ -61,8 +61,8 @@ REPRODUCERS = {
         "of scoring (mix.max_scoring_s is 10: its deadline is checked between groups)", tower_against_a_symbolic_gold),
     "huge-number-text": Reproducer(
         "async", "huge_number_text/digits",
-        "fe75881: another tokenizer's text answering with 5,000 digits raised ValueError (Python's 4,300-digit "
-        "limit) in tasks/numeric.py the_number, out of run_round"),
+        "another tokenizer's text answering with 5,000 digits: unless tasks/numeric.py bounds the digits, Python's "
+        "4,300-digit limit raises ValueError in the_number, out of run_round"),
 }
 
 
