@@ -24,8 +24,9 @@ from ftis.node.config.base import MAX_SEED, Section
 from ftis.node.demo.settings import DemoSection
 from ftis.node.experiment.grid import Condition, Grid, ModelSpec, QuickSettings
 
-# The settings whose description says what +inf means (the loss's C and g: no truncation, no filter).
-INFINITY_MEANS_OFF = {"loss.clip_c", "loss.divergence_threshold", "loss.divergence_threshold_end"}
+# The settings whose description says what +inf means (the loss's C and g: no truncation, no filter; its largest
+# surprise: no completion is too surprising).
+INFINITY_MEANS_OFF = {"loss.clip_c", "loss.divergence_threshold", "loss.divergence_threshold_end", "loss.max_surprise"}
 HOSTILE = (-1, 0, math.inf, math.nan, 2**63)
 
 

@@ -54,7 +54,7 @@ def test_the_trainer_counts_each_peers_judged_and_divergence_filtered_completion
     ]
     step = trainer.step(groups)
     assert step.trained
-    assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0), "garbage": PeerFiltered(4, 4)}
+    assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0, 0, 0), "garbage": PeerFiltered(4, 4, 0, 4)}
 
 
 class Claims:

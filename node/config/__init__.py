@@ -132,12 +132,23 @@ class LossConfig(Section):
     advantage_norm: Literal["std", "mean_only"] = Field(
         "std", description='"std": (r - mean) / (std + 1e-6); "mean_only": r - mean (the released code).'
     )
+    max_surprise: float = Field(
+        5.0, gt=0, allow_inf_nan=True,
+        description="A peer's completion in which some surprise_window tokens in a row surprise this node's own model "
+        "by more than this on average (−log-prob, nats a token) is dropped and its peer charged, whatever log-probs "
+        "it claims: text no answer needs (a payload phrase) is not learned from a stranger (inf: none is).",
+    )
+    surprise_window: int = Field(
+        6, ge=1, le=MAX_COUNT,
+        description="Tokens in a row whose mean max_surprise bounds; a shorter completion (a bare answer) is not "
+        "judged."
+    )
     same_tokenizer_weights: Literal["token", "sequence"] = Field(
         "token", description='Peers\' groups of this node\'s own tokenizer: "token" weighs each token (F-TIS as the '
         'paper has it); "sequence" one weight per completion, as groups of another tokenizer get (an ablation).'
     )
 
-    @field_validator("clip_c", "divergence_threshold", "divergence_threshold_end")
+    @field_validator("clip_c", "divergence_threshold", "divergence_threshold_end", "max_surprise")
     @classmethod
     def _not_nan(cls, value: float | None) -> float | None:
         if value is not None and math.isnan(value):
@@ -263,6 +274,11 @@ class TaskConfig(Section):
     )
     trust_peer_answers: bool = Field(
         False, description="Score a peer's group against its own gold answer when this node lacks the problem."
+    )
+    check_steps: bool = Field(
+        True, description="Training rewards, this node's samples and its peers': a right answer reached through a "
+        "false equation written on the way (\"2+2=5\") scores 0, and a peer's such completions count against it "
+        "(tasks/steps.py). Evaluations score answers alone."
     )
     few_shot: int = Field(
         0, ge=0, le=16,

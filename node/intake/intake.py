@@ -54,6 +54,7 @@ class PeerGroups:
     batches_by_peer: dict[str, int]  # the peers' batches this step draws on (for their scores)
     use: dict[str, str]  # how each peer's groups of this round are trained: "token", "sequence" or "none"
     unscored: int = 0  # groups not scored: past the step's budget (admission.py) or its time for scoring
+    false_steps: int = 0  # right answers given no reward for a false equation on the way (tasks/steps.py)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Intake:
         deadline = time.monotonic() + config.mix.max_scoring_s
         candidates: list[DatedGroup] = []
         rewards: list[float] = []
-        unusable = 0
+        unusable = false_steps = 0
         batches_by_peer: dict[str, int] = {}
         use: dict[str, str] = {}
         for item in admitted:
@@ -137,8 +138,12 @@ class Intake:
                                  split=config.task.split, fingerprint=self._fingerprint,
                                  retokenizer=self._retokenizer, prompter=self.prompter,
                                  per_sequence=config.loss.same_tokenizer_weights == "sequence", deadline=deadline,
-                                 max_row_tokens=config.trainer.max_tokens_per_microbatch)
+                                 max_row_tokens=config.trainer.max_tokens_per_microbatch,
+                                 check_steps=config.task.check_steps)
             unscored += scored.unscored
+            false_steps += scored.false_steps
+            if scored.false_steps:  # what its right answers teach: evidence against it, as the filter's verdict is
+                self.transport.report_filtered(item.peer_id, 1, scored.right, scored.false_steps)
             if scored.failed:
                 self.transport.report_fault(item.peer_id, SCORING_FAILED)
             if scored.too_long:
@@ -153,7 +158,7 @@ class Intake:
             batches_by_peer[item.peer_id] = batches_by_peer.get(item.peer_id, 0) + 1
             rewards += scored.rewards
             unusable += scored.unusable
-        return PeerGroups(candidates, rewards, unusable, batches_by_peer, use, unscored)
+        return PeerGroups(candidates, rewards, unusable, batches_by_peer, use, unscored, false_steps)
 
     def _admit(self, received: list[ReceivedBatch]) -> list[ReceivedBatch]:
         """``received`` through the door (``admission.py``), charged to this step's budget; a batch holding a
@@ -179,8 +184,7 @@ class Intake:
                 self.transport.report_fault(peer, NONFINITE)
         for peer, counts in step.filtered_by_peer.items():
             if peer in peers.batches_by_peer:
-                self.transport.report_filtered(peer, peers.batches_by_peer[peer], counts.completions,
-                                               counts.divergence_filtered)
+                self.transport.report_filtered(peer, peers.batches_by_peer[peer], counts.completions, counts.charged)
 
     def note_use(self, use: dict[str, str]) -> dict[str, str]:
         """How this node last trained on each peer's groups, the newest MAX_PEERS_TRACKED peers (``status``)."""

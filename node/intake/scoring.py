@@ -29,6 +29,7 @@ from ftis.node.intake.text_groups import Retokenizer
 from ftis.node.swarm.transport import ReceivedBatch
 from ftis.node.tasks import Problem, Task, resolve_gold
 from ftis.node.tasks.prompts import Prompter
+from ftis.node.tasks.steps import zero_false_steps
 from ftis.node.trainer.groups import TrainingGroup, sampler_sums
 from ftis.protocol import Group, RolloutBatch
 from ftis.protocol.schema import CompletionColumns
@@ -56,6 +57,8 @@ class Scored:
     failed: int = 0  # ...groups whose scoring raised (the peer is charged: a peer's group never ends a round)
     too_long: int = 0  # ...groups of a problem this node lacks whose rows do not fit one pass (``max_row_tokens``)
     unscored: int = 0  # groups not scored: the step's time for scoring was spent (``deadline``)
+    right: int = 0  # completions whose answer was right (``task.reward``), false steps or not
+    false_steps: int = 0  # ...of them: a false equation on the way, so their reward is 0 (``check_steps``)
 
 
 UNUSABLE, MISMATCHED, TOO_LONG = "unusable", "mismatched", "too_long"  # why a group is not trained on
@@ -71,7 +74,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
                 texts: Sequence[list[str] | None] | None = None, split: str | None = None,
                 fingerprint: str | None = None, retokenizer: Retokenizer | None = None,
                 per_sequence: bool = False, prompter: Prompter | None = None,
-                deadline: float | None = None, max_row_tokens: int | None = None) -> Scored:
+                deadline: float | None = None, max_row_tokens: int | None = None, check_steps: bool = False) -> Scored:
     """``vocab_size``: this node's model's; groups with an id at or above it are unusable (None: no check).
     ``texts``: the groups' completion texts as ``decode_groups`` gave them (decoded ahead, on another thread);
     None: decoded here. ``split``: the only split of ``task`` a group may name (None: any). ``fingerprint``: this
@@ -82,17 +85,23 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
     ``deadline``: a ``time.monotonic()`` past which the groups left are not scored, the one being scored included
     (checked before each completion's reward; None: every group is). ``max_row_tokens``: the most tokens, prompt and
     completion, of a row of a group whose prompt this node cannot check (a problem it lacks, its gold trusted); a
-    longer one is unusable and counted in ``too_long`` (None: no bound).
+    longer one is unusable and counted in ``too_long`` (None: no bound). ``check_steps``: a right answer reached
+    through a false equation scores 0 (``tasks/steps.py``), counted in ``false_steps``.
 
     Whatever a group holds, scoring it never raises: a group whose scoring fails (a reward function's error on a
     peer's text, say) is unusable and counted in ``failed``."""
     other = fingerprint is not None and batch.tokenizer.fingerprint != fingerprint
+    judged = {"right": 0, "false_steps": 0}
+
     def reward(texts: Sequence[str], gold: str) -> np.ndarray:
         rewards = np.empty(len(texts), dtype=np.float64)
         for c, text in enumerate(texts):
             if deadline is not None and time.monotonic() > deadline:
                 raise _OutOfTime
             rewards[c] = task.reward(text, gold)
+        judged["right"] += int((rewards > 0).sum())
+        if check_steps:
+            judged["false_steps"] += zero_false_steps(texts, rewards)
         return rewards
 
     if other:
@@ -128,7 +137,7 @@ def score_batch(batch: RolloutBatch, task: Task, tokenizer: "PreTrainedTokenizer
     unusable = counts[UNUSABLE] + counts[MISMATCHED] + counts[TOO_LONG] + counts["failed"]
     return Scored(groups, unusable, rewards, counts[MISMATCHED],
                   per_sequence=(other or per_sequence) and bool(groups), failed=counts["failed"],
-                  unscored=counts["unscored"], too_long=counts[TOO_LONG])
+                  unscored=counts["unscored"], too_long=counts[TOO_LONG], **judged)
 
 
 def _own_tokenizer_group(batch: RolloutBatch, group: Group, task: Task, tokenizer: "PreTrainedTokenizerBase",

@@ -12,7 +12,13 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from ftis.node.loss.terms import MAX_LOG_RATIO, FilterDecision, offpolicy_filter, truncated_is_weight
+from ftis.node.loss.terms import (
+    MAX_LOG_RATIO,
+    FilterDecision,
+    offpolicy_filter,
+    plausibility_filter,
+    truncated_is_weight,
+)
 from ftis.node.loss.types import LossOutputs, LossParams
 
 
@@ -35,6 +41,8 @@ class Prepared(Protocol):
     def eligible(self) -> Tensor: ...  # (B,) bool, active completions the filter applies to
     @property
     def divergence(self) -> Tensor: ...  # (B,) D_i
+    @property
+    def lowest_window(self) -> Tensor: ...  # (B,) the lowest mean of log π_θold over a window of its tokens
 
 
 P = TypeVar("P", bound=Prepared)
@@ -51,7 +59,7 @@ class Finish(Protocol[P_contra]):
 
 def no_filter(prepared: Prepared) -> FilterDecision:
     nothing = torch.zeros_like(prepared.active)
-    return FilterDecision(nothing, nothing, nothing)
+    return FilterDecision(nothing, nothing, nothing, nothing)
 
 
 def divergence_filter(prepared: Prepared, params: LossParams) -> FilterDecision:
@@ -61,13 +69,21 @@ def divergence_filter(prepared: Prepared, params: LossParams) -> FilterDecision:
 
 def variants(prepare: Callable[[Inputs, LossParams], P],
              finish: Finish[P]) -> dict[str, Callable[[Inputs, LossParams], LossOutputs]]:
-    """``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` at the granularity ``prepare`` and ``finish`` make."""
+    """``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` at the granularity ``prepare`` and ``finish`` make. Each
+    drops, beside what its own filter does, the off-policy completions this node finds implausible
+    (``LossParams.max_surprise``; none at its default, inf)."""
+
+    def guarded(prepared: P, params: LossParams, /, *, ratio_base: Tensor, weight: Tensor, reported_weight: Tensor,
+                truncated: Tensor, decision: FilterDecision) -> LossOutputs:
+        decision = plausibility_filter(decision, prepared.lowest_window, prepared.eligible, params.max_surprise)
+        return finish(prepared, params, ratio_base=ratio_base, weight=weight, reported_weight=reported_weight,
+                      truncated=truncated, decision=decision)
 
     def nois(inputs: Inputs, params: LossParams) -> LossOutputs:
         """No correction: every sample is treated as on-policy (w = 1, ratio to π_θold)."""
         prepared = prepare(inputs, params)
         ones = torch.ones_like(prepared.old_logprobs)
-        return finish(prepared, params, ratio_base=prepared.old_logprobs, weight=ones, reported_weight=ones,
+        return guarded(prepared, params, ratio_base=prepared.old_logprobs, weight=ones, reported_weight=ones,
                       truncated=torch.zeros_like(prepared.positions), decision=no_filter(prepared))
 
     def vis_with(prepared: P, params: LossParams, decision: FilterDecision) -> LossOutputs:
@@ -75,13 +91,13 @@ def variants(prepare: Callable[[Inputs, LossParams], P],
         ratio, detached (at most exp(MAX_LOG_RATIO), as in the surrogate)."""
         log_ratio = torch.where(prepared.positions, prepared.logprobs.detach() - prepared.sampler_logprobs, 0.0)
         ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-        return finish(prepared, params, ratio_base=prepared.sampler_logprobs, weight=torch.ones_like(ratio),
+        return guarded(prepared, params, ratio_base=prepared.sampler_logprobs, weight=torch.ones_like(ratio),
                       reported_weight=ratio, truncated=torch.zeros_like(prepared.positions), decision=decision)
 
     def tis_with(prepared: P, params: LossParams, decision: FilterDecision) -> LossOutputs:
         """w = min(π_θold / π_gen, C), detached, times the PPO surrogate against π_θold."""
         weight, truncated = truncated_is_weight(prepared.old_logprobs, prepared.sampler_logprobs, params.clip_c)
-        return finish(prepared, params, ratio_base=prepared.old_logprobs, weight=weight, reported_weight=weight,
+        return guarded(prepared, params, ratio_base=prepared.old_logprobs, weight=weight, reported_weight=weight,
                       truncated=truncated, decision=decision)
 
     def vis(inputs: Inputs, params: LossParams) -> LossOutputs:

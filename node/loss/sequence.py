@@ -45,6 +45,7 @@ from ftis.node.loss.terms import (
     FilterDecision,
     clipped_surrogate,
     loss_figures,
+    lowest_window_mean,
     masked_mean_per_sequence,
 )
 from ftis.node.loss.types import LossOutputs, LossParams, SequenceLossInputs
@@ -67,6 +68,7 @@ class _Sequences:
     active: Tensor  # (B,) bool
     eligible: Tensor  # (B,) bool, active completions the filter applies to
     divergence: Tensor  # (B,) D_i
+    lowest_window: Tensor  # (B,) the lowest mean of log π_θold over surprise_window of this node's tokens
     zero_variance_groups: Tensor  # ()
 
     @property
@@ -103,6 +105,8 @@ def _prepare(inputs: SequenceLossInputs, params: LossParams) -> _Sequences:
         sampler_logprobs=sampler,
         mask=mask,
         divergence=sequence_k3_divergence(sampler, old),
+        lowest_window=lowest_window_mean(torch.where(mask, inputs.old_logprobs.detach().float(), 0.0), mask,
+                                         params.surprise_window),
         **completions.__dict__,  # advantages, active, eligible, zero_variance_groups
     )
 
@@ -127,7 +131,7 @@ def _finish(
     figures = loss_figures(sequences.mask, sequences.active, sequences.eligible, sequences.divergence,
                            sequences.zero_variance_groups, reported_weight[:, None].expand(per_token),
                            truncated[:, None].expand(per_token), decision)
-    return LossOutputs(loss, figures, decision.by_divergence)
+    return LossOutputs(loss, figures, decision.by_divergence, decision.implausible)
 
 
 SEQUENCE_VARIANTS: dict[str, Callable[[SequenceLossInputs, LossParams], LossOutputs]] = variants(_prepare, _finish)

@@ -50,11 +50,37 @@ def k3_divergence(sampler_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) 
     return masked_mean_per_sequence(torch.expm1(x) - x, mask)
 
 
+def lowest_window_mean(logprobs: Tensor, mask: Tensor, window: int) -> Tensor:
+    """(B, T) -> (B,): the lowest mean of ``window`` consecutive completion tokens' log-probs in each row; +inf in a
+    row of fewer tokens (too short to carry a run: a bare answer). Completion tokens come first in a row, padding
+    after (``types.py``); no gradient."""
+    values = torch.where(mask, logprobs.detach().float(), 0.0)
+    lengths = mask.sum(-1)  # (B,)
+    width = values.shape[-1]
+    if window < 1 or width < window:
+        return torch.full_like(values[:, 0], math.inf)
+    sums = torch.nn.functional.pad(values.cumsum(-1), (1, 0))  # (B, T + 1): sums[:, t] = Σ of the first t
+    window_means = (sums[:, window:] - sums[:, :-window]) / window  # (B, T − window + 1), by first token
+    starts = torch.arange(window_means.shape[-1], device=values.device)
+    whole = starts[None, :] + window <= lengths[:, None]  # windows inside the completion
+    return torch.where(whole, window_means, math.inf).amin(-1)
+
+
 @dataclass(frozen=True)
 class FilterDecision:
     dropped: Tensor  # (B,) bool, keep_i = 0
     by_advantage: Tensor  # (B,) bool, dropped and Â_i ≤ 0
     by_divergence: Tensor  # (B,) bool, dropped and D_i > g
+    implausible: Tensor  # (B,) bool, dropped, a run of its tokens too surprising to this node
+
+
+def plausibility_filter(decision: FilterDecision, lowest: Tensor, eligible: Tensor,
+                        max_surprise: float) -> FilterDecision:
+    """``decision`` with the eligible completions whose ``lowest`` window mean of this node's log-probs is below
+    −``max_surprise`` dropped too, whatever the variant: text this node finds implausible (a phrase no answer needs,
+    say) is not trained on, however plausible its generator claims it is."""
+    implausible = eligible & (lowest < -max_surprise)
+    return FilterDecision(decision.dropped | implausible, decision.by_advantage, decision.by_divergence, implausible)
 
 
 def offpolicy_filter(
@@ -74,7 +100,7 @@ def offpolicy_filter(
         dropped = eligible & non_positive & divergent
     else:
         raise ValueError(f"filter_rule must be 'or' or 'and', got {rule!r}")
-    return FilterDecision(dropped, dropped & non_positive, dropped & divergent)
+    return FilterDecision(dropped, dropped & non_positive, dropped & divergent, torch.zeros_like(dropped))
 
 
 def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, epsilon: float) -> Tensor:
@@ -113,6 +139,7 @@ def loss_figures(
         filtered_fraction=decision.dropped.sum() / per_sequence,
         filtered_advantage_fraction=decision.by_advantage.sum() / per_sequence,
         filtered_divergence_fraction=decision.by_divergence.sum() / per_sequence,
+        filtered_implausible_fraction=decision.implausible.sum() / per_sequence,
         is_weight_mean=torch.where(tokens, weight, 0.0).sum() / num_tokens,
         is_weight_max=torch.where(tokens, weight, 0.0).amax() if weight.numel() else weight.new_zeros(()),
         truncated_fraction=(truncated & tokens).sum() / num_tokens,

@@ -55,6 +55,10 @@ class LossParams:
     divergence_threshold: float = 10.0  # g: an off-policy completion with D_i > g is filterable
     filter_rule: FilterRule = "or"  # "or": drop if Â ≤ 0 or D > g; "and": drop if Â ≤ 0 and D > g
     advantage_norm: AdvantageNorm = "std"  # "std": (r - mean) / (std + 1e-6); "mean_only": r - mean
+    # an off-policy completion some ``surprise_window`` tokens in a row of which have a mean −log π_θold above this
+    # is dropped, whatever its generator claims (inf: none is)
+    max_surprise: float = 5.0
+    surprise_window: int = 6
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class LossFigures:
     filtered_fraction: Tensor  # completions dropped by the filter
     filtered_advantage_fraction: Tensor  # dropped, and Â ≤ 0 held
     filtered_divergence_fraction: Tensor  # dropped, and D > g held
+    filtered_implausible_fraction: Tensor  # dropped, and a run of its tokens is too surprising to this node
     is_weight_mean: Tensor  # the IS weight the variant applies (see each variant)
     is_weight_max: Tensor
     truncated_fraction: Tensor  # tokens whose weight exp(old - sampler) exceeded C
@@ -78,3 +83,4 @@ class LossOutputs:
     loss: Tensor  # () scalar, carries the gradient to ``logprobs``
     figures: LossFigures
     divergence_filtered: Tensor  # (B,) bool: dropped by the filter, and D_i > g (a trainer counts them per peer)
+    implausible: Tensor  # (B,) bool: dropped, a run of its tokens too surprising (counted likewise)

@@ -34,6 +34,7 @@ from ftis.node.loss.terms import (
     clipped_surrogate,
     k3_divergence,
     loss_figures,
+    lowest_window_mean,
     masked_mean_per_sequence,
 )
 from ftis.node.loss.types import LossInputs, LossOutputs, LossParams, SequenceLossInputs
@@ -51,6 +52,7 @@ class _Batch:
     active: Tensor  # (B,) bool, completions that enter the mean
     eligible: Tensor  # (B,) bool, active completions the filter applies to
     divergence: Tensor  # (B,) D_i
+    lowest_window: Tensor  # (B,) the lowest mean of old_logprobs over surprise_window tokens in a row
     zero_variance_groups: Tensor  # ()
 
     @property
@@ -74,6 +76,7 @@ def _prepare(inputs: LossInputs, params: LossParams) -> _Batch:
         sampler_logprobs=sampler,
         mask=mask,
         divergence=k3_divergence(sampler, old, mask),
+        lowest_window=lowest_window_mean(old, mask, params.surprise_window),
         **completions.__dict__,  # advantages, active, eligible, zero_variance_groups
     )
 
@@ -99,7 +102,7 @@ def _finish(
     loss = -per_sequence.sum() / batch.active.sum().clamp(min=1)
     figures = loss_figures(batch.mask, batch.active, batch.eligible, batch.divergence, batch.zero_variance_groups,
                            reported_weight, truncated, decision)
-    return LossOutputs(loss, figures, decision.by_divergence)
+    return LossOutputs(loss, figures, decision.by_divergence, decision.implausible)
 
 
 LossFunction = Callable[[LossInputs, LossParams], LossOutputs]

@@ -112,6 +112,9 @@ class RoundReport:
     unusable_groups: int = figure(0, tag="groups/unusable")
     # peers' groups not scored: past the step's budget, or once its time for scoring was spent (intake/admission.py)
     unscored_groups: int = figure(0, tag="groups/unscored")
+    # right answers whose reward was 0 for a false equation on the way (``[task] check_steps``, tasks/steps.py)
+    own_false_steps: int = figure(0, tag="completions/own_false_steps")
+    peer_false_steps: int = figure(0, tag="completions/peer_false_steps")
     # the peers by how this node last trained on their groups (``peer_use``), made here: form -> peers
     peers_by_use: dict[str, int] = figure(factory=dict, init=False, tag="peers/use")
     generation_tokens: int = figure(0)

@@ -32,6 +32,7 @@ from ftis.node.runner.rng import RngState
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem, Task
 from ftis.node.tasks.prompts import policy_prompter
+from ftis.node.tasks.steps import zero_false_steps
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol import (
@@ -74,6 +75,7 @@ class OwnBatch:
     groups: list[TrainingGroup]  # the same groups with this node's rewards, for its own step
     tokens: int
     seconds: float
+    false_steps: int = 0  # right answers given no reward for a false equation on the way (``[task] check_steps``)
 
     @property
     def rewards(self) -> list[float]:
@@ -138,7 +140,8 @@ class Node:
             round=self.round, own_reward=_mean(own.rewards), peer_reward=_mean(peers.rewards),
             own_groups=len(own.groups), peer_groups_received=len(peers.candidates),
             peer_groups_used=len(grouped.chosen), peer_groups_by_peer=_by_peer(grouped.chosen),
-            unusable_groups=peers.unusable, unscored_groups=peers.unscored, generation_tokens=own.tokens,
+            unusable_groups=peers.unusable, unscored_groups=peers.unscored, own_false_steps=own.false_steps,
+            peer_false_steps=peers.false_steps, generation_tokens=own.tokens,
             generation_seconds=own.seconds,
             waited_seconds=collected.waited_seconds, late_peers=collected.late_peers,
             merged_groups=grouped.merged.merged, merged_group_size=_mean(grouped.merged.sizes),
@@ -195,11 +198,13 @@ class Node:
         with watch.part("generate"):
             completions = self.generator.generate(prompts, self.config.generation.group_size, self.sampling, seed=seed)
         self.intake.texts_ready()  # the tokenizer is free again from here
-        groups, training = [], []
+        groups, training, false_steps = [], [], 0
         for k, (problem, prompt, generated) in enumerate(zip(problems, prompts, completions, strict=True)):
             texts = tokenizer.batch_decode([c.token_ids.tolist() for c in generated], skip_special_tokens=True)
             with watch.part("score_own"):
                 rewards = np.array([self.task.reward(text, problem.answer) for text in texts], dtype=np.float64)
+                if self.config.task.check_steps:
+                    false_steps += zero_false_steps(texts, rewards)
             sent = texts if self.config.swarm.send_texts else [None] * len(texts)
             group = Group(
                 group_id=self.grouping.group_id(self.transport.peer_id, self.round, k),
@@ -226,7 +231,7 @@ class Node:
         tokens = sum(c.num_tokens for generated in completions for c in generated)
         seconds = time.perf_counter() - started
         watch.seconds["build"] = seconds - watch.seconds["generate"] - watch.seconds.get("score_own", 0.0)
-        return OwnBatch(batch, training, tokens, seconds)
+        return OwnBatch(batch, training, tokens, seconds, false_steps)
 
 
 def _mean(values: list[float] | list[int]) -> float:

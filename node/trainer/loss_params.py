@@ -15,4 +15,6 @@ def loss_params(loss: LossConfig, step: int = 0) -> LossParams:
         divergence_threshold=loss.divergence_threshold_at(step),
         filter_rule=loss.filter_rule,
         advantage_norm=loss.advantage_norm,
+        max_surprise=loss.max_surprise,
+        surprise_window=loss.surprise_window,
     )

@@ -32,10 +32,13 @@ RECORD_PREFIX = "train_"  # a figure's key in the flat record: train_<name>
 @dataclass(frozen=True)
 class PeerFiltered:
     """One generator's off-policy completions a step judged (with at least one token, in groups with reward
-    variance), and how many of them the filter dropped for divergence (D > g): evidence for its score."""
+    variance), how many of them the filter dropped for divergence (D > g) and as implausible to this node, and how
+    many for either: evidence for its score."""
 
     completions: int
     divergence_filtered: int
+    implausible: int
+    charged: int
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class StepFigures:
                                                 unit="fraction")
     filtered_divergence_fraction: float = figure(combine="sequences", tag="filter/divergence_fraction", shown=True,
                                                  unit="fraction")
+    # ...dropped as implausible to this node: a run of its tokens more surprising than [loss] max_surprise
+    filtered_implausible_fraction: float = figure(combine="sequences", tag="filter/implausible_fraction",
+                                                  unit="fraction")
     # the IS weight the variant applies (loss/variants.py): its mean over tokens, and its largest value
     is_weight_mean: float = figure(combine="tokens", tag="is/weight_mean", shown=True)
     is_weight_max: float = figure(combine="max", tag="is/weight_max", shown=True)
@@ -123,19 +129,21 @@ class LossSums:
         self._weights["tokens"] += tokens
         self._weights["off_policy"] += off_policy_rows
 
-    def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor) -> None:
-        """Count the off-policy ``groups``' judged and divergence-filtered completions by
+    def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor, implausible: Tensor) -> None:
+        """Count the off-policy ``groups``' judged, divergence-filtered and implausible completions by
         peer; ``pack`` lays out a micro-batch's rows group after group, each group's completions in order."""
-        dropped = divergence_filtered.tolist()  # (B,)
+        divergent, odd = divergence_filtered.tolist(), implausible.tolist()  # (B,)
         start = 0
         for group in groups:
-            rows = dropped[start : start + group.size]
+            rows = range(start, start + group.size)
             start += group.size
             if group.off_policy:
-                before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0))
+                before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0, 0, 0))
                 self.by_peer[group.peer_id] = PeerFiltered(
                     before.completions + int((group.completions.lengths > 0).sum()),
-                    before.divergence_filtered + sum(rows))
+                    before.divergence_filtered + sum(divergent[r] for r in rows),
+                    before.implausible + sum(odd[r] for r in rows),
+                    before.charged + sum(divergent[r] or odd[r] for r in rows))
 
     def figures(self) -> dict[str, Any]:  # keyword arguments of StepFigures: floats, one per loss figure
         """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""

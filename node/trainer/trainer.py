@@ -133,7 +133,7 @@ class Trainer:
             share = float(out.figures.num_sequences) / total
             (out.loss * share).backward()
             sums.add(out, packed.loss_mask, packed.off_policy, share)
-            sums.add_peers(micro.groups, out.divergence_filtered)
+            sums.add_peers(micro.groups, out.divergence_filtered, out.implausible)
         return sums
 
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
