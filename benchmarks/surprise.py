@@ -20,19 +20,31 @@ import copy
 
 import numpy as np
 
+# The receiver and its honest peer as the poisoning benchmark warms them, on the tags format.
+GRID = {
+    "seeds": 1, "rounds": 1, "eval_every": 1, "eval_problems": 100, "warmup_seed": 0, "reference": "solo",
+    "node": {"task": {"name": "arithmetic", "arithmetic": {"max_digits": 1, "operands": 3, "operations": "+-",
+                                                           "format": "tags"}},
+             "generation": {"prompts_per_round": 16, "group_size": 8, "max_new_tokens": 40, "batch_size": 64}},
+    "models": {"small": {"name": "tiny-small", "learning_rate": 1e-4,
+                         "warmup": {"steps": 500, "learning_rate": 3e-3, "batch_size": 32}},
+               "medium": {"name": "tiny-medium", "learning_rate": 1e-4,
+                          "warmup": {"steps": 300, "learning_rate": 1e-3, "batch_size": 32}}},
+    "conditions": {"solo": {"swarm": False}, "clean": {"variant": "ftis"}},
+    "quick": {"seeds": 1, "rounds": 1, "eval_every": 1, "eval_problems": 100, "warmup_steps": 500},
+}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=48)
     parser.add_argument("--windows", default="1,2,4,6,8")
-    parser.add_argument("--warmup-steps", type=int, default=None, help="The receiver's warm-up steps (default: the "
-                        "poisoning benchmark's).")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="The receiver's warm-up steps (default 500).")
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(2)
-    from benchmarks.poisoning import GRID
     from ftis.node.experiment.cell import prepare_warm_starts
     from ftis.node.experiment.grid import Grid
     from ftis.node.generation.factory import make_generator
@@ -43,8 +55,6 @@ def main() -> None:
     from ftis.protocol import SamplingSettings
 
     data = copy.deepcopy(GRID)
-    data["node"]["task"]["arithmetic"]["format"] = "tags"
-    data["node"]["generation"]["max_new_tokens"] = 40
     if args.warmup_steps is not None:
         data["models"]["small"]["warmup"]["steps"] = args.warmup_steps
     grid = Grid.model_validate(data)
