@@ -18,10 +18,11 @@ def outputs(loss: float, filtered: float, weight_mean: float, weight_max: float,
             divergence: float) -> LossOutputs:
     t = torch.tensor
     metrics = LossFigures(num_sequences=t(0), filtered_fraction=t(filtered), filtered_advantage_fraction=t(filtered),
-                          filtered_divergence_fraction=t(0.0), is_weight_mean=t(weight_mean),
+                          filtered_divergence_fraction=t(0.0), filtered_implausible_fraction=t(0.0),
+                          is_weight_mean=t(weight_mean),
                           is_weight_max=t(weight_max), truncated_fraction=t(truncated), divergence_mean=t(divergence),
                           zero_variance_groups=t(0))
-    return LossOutputs(t(loss), metrics, torch.zeros(0, dtype=torch.bool))
+    return LossOutputs(t(loss), metrics, torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.bool))
 
 
 def test_micro_batches_combine_by_sequences_tokens_off_policy_and_max():
