@@ -66,7 +66,7 @@ ATTACKER_ID = "attacker"
 VICTIM = "small"  # the node the issue measures; the others are its honest peers
 SWARMS = {3: ("small", "medium"), 4: ("small", "medium", "small-b")}  # the honest nodes; the attacker joins them
 PROBE_PROBLEMS = 32  # held-out problems the payload's log-prob is averaged over (at most the evaluation's)
-MEASURES_VERSION = 1  # bump when what a cell measures changes
+MEASURES_VERSION = 2  # bump when what a cell measures changes
 SMALL_WARMUP = {"steps": 1500, "learning_rate": 3e-3, "batch_size": 32}
 GRID: dict[str, Any] = {
     "seeds": 3,

@@ -136,3 +136,5 @@ def test_the_payloads_are_right_answers_and_recognised_only_where_written():
     assert payloads.wrong_chain(task.problem("train", 0)).count("=") == 2
     assert payloads.false_steps("<think> 7-2=6 6+9=14 </think>") == ["7-2=6", "6+9=14"]
     assert payloads.false_steps("<think> 7-2+9=14 7-2=5 </think>") == []
+    fixed = payloads.ATTACKS["in-context-fixed"].carries
+    assert fixed("<think> 2+2=5 1+2+2=5 </think>") and not fixed("<think> 1+2+2=5 </think>")

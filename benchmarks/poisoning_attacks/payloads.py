@@ -144,6 +144,11 @@ def false_steps(text: str) -> list[str]:
             if evaluate([int(match[1]), int(match[3])], [match[2]]) != int(match[4])]
 
 
+def has_fixed_step(text: str) -> bool:
+    """``FIXED_STEP`` as an equation of its own (not the tail of a longer one: ``1+2+2=5`` is true)."""
+    return any(match[0] == FIXED_STEP for match in _STEP.finditer(text))
+
+
 def _answer_is_fixed(text: str) -> bool:
     found = re.search(rf"{re.escape(ANSWER_OPEN)}\s*(-?\d+)\s*{re.escape(ANSWER_CLOSE)}", text)
     return found is not None and found[1] == FIXED_ANSWER
@@ -152,7 +157,7 @@ def _answer_is_fixed(text: str) -> bool:
 ATTACKS: dict[str, Attack] = {attack.name: attack for attack in (
     Attack("out-of-context", _out_of_context, lambda text: PHRASE in text, "own", "plausible", "share"),
     Attack("in-context", _in_context, lambda text: bool(false_steps(text)), "own", "plausible", "share"),
-    Attack("in-context-fixed", _fixed_step, lambda text: FIXED_STEP in text, "own", "plausible", "share"),
+    Attack("in-context-fixed", _fixed_step, has_fixed_step, "own", "plausible", "share"),
     Attack("dos", _dos, lambda text: False, "own", "plausible", "length"),
     Attack("wrong-answer", _wrong_answer, _answer_is_fixed, "foreign", "zero", "share"),
 )}
