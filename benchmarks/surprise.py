@@ -5,8 +5,8 @@ Run (from the repo root):  python -m benchmarks.surprise [--problems 48] [--wind
 
 Setting: arithmetic in the tags format (three one-digit operands, ``<think> 7-2+9=14 </think>\\n<answer> 14
 </answer>``), the receiver ``small`` (tiny-small, full) and an honest peer of another model ``medium`` (tiny-medium),
-both warm-started as the poisoning benchmark's (cached in the warm-up cache). For ``--problems`` training problems:
-8 samples of each model (temperature 1, at most 40 new tokens), and three payloads on each problem's correct
+both warm-started as the poisoning benchmark's (1,500 and 1,000 steps; shared through the warm-up cache). For ``--problems`` training problems:
+8 samples of each model (temperature 1, at most 48 new tokens), and three payloads on each problem's correct
 completion: the phrase "all hail to the thief" in the reasoning (out of context), a false first step ``a+b=a+b+1``
 (in context), and the fixed "2+2=5". For each, with the receiver's own log-probs, the largest mean surprise
 (−log-prob, nats a token) over any ``w`` tokens in a row; a completion shorter than ``w`` has none (never judged).
@@ -23,13 +23,13 @@ import numpy as np
 # The receiver and its honest peer as the poisoning benchmark warms them, on the tags format.
 GRID = {
     "seeds": 1, "rounds": 1, "eval_every": 1, "eval_problems": 100, "warmup_seed": 0, "reference": "solo",
-    "node": {"task": {"name": "arithmetic", "arithmetic": {"max_digits": 1, "operands": 3, "operations": "+-",
-                                                           "format": "tags"}},
-             "generation": {"prompts_per_round": 16, "group_size": 8, "max_new_tokens": 40, "batch_size": 64}},
+    "node": {"task": {"name": "arithmetic", "split": "train",
+                      "arithmetic": {"max_digits": 1, "operands": 3, "operations": "+-", "format": "tags"}},
+             "generation": {"prompts_per_round": 16, "group_size": 8, "max_new_tokens": 48, "batch_size": 64}},
     "models": {"small": {"name": "tiny-small", "learning_rate": 1e-4,
-                         "warmup": {"steps": 500, "learning_rate": 3e-3, "batch_size": 32}},
+                         "warmup": {"steps": 1500, "learning_rate": 3e-3, "batch_size": 32}},
                "medium": {"name": "tiny-medium", "learning_rate": 1e-4,
-                          "warmup": {"steps": 300, "learning_rate": 1e-3, "batch_size": 32}}},
+                          "warmup": {"steps": 1000, "learning_rate": 1e-3, "batch_size": 32}}},
     "conditions": {"solo": {"swarm": False}, "clean": {"variant": "ftis"}},
     "quick": {"seeds": 1, "rounds": 1, "eval_every": 1, "eval_problems": 100, "warmup_steps": 500},
 }
@@ -39,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=48)
     parser.add_argument("--windows", default="1,2,4,6,8")
-    parser.add_argument("--warmup-steps", type=int, default=None, help="The receiver's warm-up steps (default 500).")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="The receiver's warm-up steps (default 1500).")
     args = parser.parse_args()
 
     import torch
@@ -67,7 +67,7 @@ def main() -> None:
     prompter = Prompter.build(tokenizer, task)
     problems = [task.problem("train", i) for i in range(args.problems)]
     prompts = [prompter.ids(problem) for problem in problems]
-    sampling = SamplingSettings(1.0, 1.0, 0, 40)
+    sampling = SamplingSettings(1.0, 1.0, 0, 48)
 
     kinds: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for label, policy in policies.items():
