@@ -5,8 +5,8 @@ Run (from the repo root):  python -m benchmarks.surprise [--problems 48] [--wind
 
 Setting: arithmetic in the tags format (three one-digit operands, ``<think> 7-2+9=14 </think>\\n<answer> 14
 </answer>``), the receiver ``small`` (tiny-small, full) and an honest peer of another model ``medium`` (tiny-medium),
-both warm-started as the poisoning benchmark's (1,500 and 1,000 steps; shared through the warm-up cache). For ``--problems`` training problems:
-8 samples of each model (temperature 1, at most 48 new tokens), and three payloads on each problem's correct
+both warm-started as the poisoning benchmark's (1,500 and 1,000 steps; shared through the warm-up cache). For
+``--problems`` training problems: 8 samples of each model (temperature 1, at most 48 new tokens), and three payloads on each problem's correct
 completion: the phrase "all hail to the thief" in the reasoning (out of context), a false first step ``a+b=a+b+1``
 (in context), and the fixed "2+2=5". For each, with the receiver's own log-probs, the largest mean surprise
 (−log-prob, nats a token) over any ``w`` tokens in a row; a completion shorter than ``w`` has none (never judged).
