@@ -4,12 +4,13 @@
 Run (from the repo root):  python -m benchmarks.surprise [--problems 48] [--windows 1,2,4,6,8] [--warmup-steps N]
 
 Setting: arithmetic in the tags format (three one-digit operands, ``<think> 7-2+9=14 </think>\\n<answer> 14
-</answer>``), the receiver ``small`` (tiny-small, full) and an honest peer of another model ``medium`` (tiny-medium),
-both warm-started as the poisoning benchmark's (1,500 and 1,000 steps; shared through the warm-up cache). For
-``--problems`` training problems: 8 samples of each model (temperature 1, at most 48 new tokens), and three payloads on each problem's correct
-completion: the phrase "all hail to the thief" in the reasoning (out of context), a false first step ``a+b=a+b+1``
-(in context), and the fixed "2+2=5". For each, with the receiver's own log-probs, the largest mean surprise
-(−log-prob, nats a token) over any ``w`` tokens in a row; a completion shorter than ``w`` has none (never judged).
+</answer>``), the receiver ``small`` (tiny-small, full) and an honest peer of another model ``medium``
+(tiny-medium), both warm-started as the poisoning benchmark's (1,500 and 1,000 steps; shared through the warm-up
+cache). For ``--problems`` training problems: 8 samples of each model (temperature 1, at most 48 new tokens), and
+three payloads on each problem's correct completion: the phrase "all hail to the thief" in the reasoning (out of
+context), a false first step ``a+b=a+b+1`` (in context), and the fixed "2+2=5". For each, with the receiver's own
+log-probs, the largest mean surprise (−log-prob, nats a token) over any ``w`` tokens in a row; a completion shorter
+than ``w`` has none (never judged).
 Prints, per window, each kind's median, p90, p99 and largest surprise and the share above 2, 3, 4, 5, 6, 8 nats:
 the share of the receiver's own samples and of the honest peer's above a threshold is what the check costs, the
 payloads' share what it stops.
