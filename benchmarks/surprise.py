@@ -2,6 +2,7 @@
 ``surprise_window`` are chosen from.
 
 Run (from the repo root):  python -m benchmarks.surprise [--problems 48] [--windows 1,2,4,6,8] [--warmup-steps N]
+                           python -m benchmarks.surprise --real [--problems 24] [--formats plain,tags]
 
 Setting: arithmetic in the tags format (three one-digit operands, ``<think> 7-2+9=14 </think>\\n<answer> 14
 </answer>``), the receiver ``small`` (tiny-small, full) and an honest peer of another model ``medium``
@@ -14,10 +15,19 @@ than ``w`` has none (never judged).
 Prints, per window, each kind's median, p90, p99 and largest surprise and the share above 2, 3, 4, 5, 6, 8 nats:
 the share of the receiver's own samples and of the honest peer's above a threshold is what the check costs, the
 payloads' share what it stops.
+
+``--real`` (after ``bash .ci/models``): the same on the real demo's two models (``examples/demo-real.toml``:
+SmolLM2-135M-Instruct and Gemma 3 270M, two tokenizers), each the receiver in turn and the other its honest peer,
+in two formats: the demo's bare answers (``plain``, "47+38=" -> "85") and written reasoning (``tags``, the same
+8 solved examples written ``<think> 47+38=85 </think> <answer> 85 </answer>``). The peer's completions reach the
+receiver as text and are read in its own tokens as its intake reads them (``Retokenizer``); samples are counted
+where their answer is right (only those can be trained up: a wrong one is dropped for its advantage anyway).
 """
 
 import argparse
 import copy
+import re
+import time
 
 import numpy as np
 
@@ -36,28 +46,45 @@ GRID = {
 }
 
 
+PAYLOADS = {"out-of-context": "all hail to the thief ", "in-context": None, "2+2=5": "2+2=5 "}
+REAL_FORMATS = {  # --real: what each format changes in the real demo's node settings
+    "plain": {},
+    "tags": {"task.arithmetic.format": "tags", "generation.max_new_tokens": 40, "generation.stop": ["</answer>"]},
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", type=int, default=48)
+    parser.add_argument("--problems", type=int, default=None, help="training problems (default 48; --real 24)")
     parser.add_argument("--windows", default="1,2,4,6,8")
     parser.add_argument("--warmup-steps", type=int, default=None, help="The receiver's warm-up steps (default 1500).")
+    parser.add_argument("--real", action="store_true", help="the real demo's two models, each receiving the other's")
+    parser.add_argument("--formats", default="plain,tags", help="--real: formats (plain, tags)")
     args = parser.parse_args()
+    windows = [int(w) for w in args.windows.split(",")]
 
     import torch
 
     torch.set_num_threads(2)
+    if args.real:
+        for name in args.formats.split(","):
+            real_format(name, args.problems or 24, windows)
+        return
+    tiny(args.problems or 48, windows, args.warmup_steps)
+
+
+def tiny(count: int, windows: list[int], warmup_steps: int | None) -> None:
     from ftis.node.experiment.cell import prepare_warm_starts
     from ftis.node.experiment.grid import Grid
     from ftis.node.generation.factory import make_generator
     from ftis.node.models.loading import load_policy
     from ftis.node.tasks import build_task
     from ftis.node.tasks.prompts import Prompter
-    from ftis.node.tasks.tags import tagged_completion
     from ftis.protocol import SamplingSettings
 
     data = copy.deepcopy(GRID)
-    if args.warmup_steps is not None:
-        data["models"]["small"]["warmup"]["steps"] = args.warmup_steps
+    if warmup_steps is not None:
+        data["models"]["small"]["warmup"]["steps"] = warmup_steps
     grid = Grid.model_validate(data)
     warm = prepare_warm_starts(grid, print)
     config = grid.node_config("small", "clean", 0, warm["small"])
@@ -66,7 +93,7 @@ def main() -> None:
     receiver = policies["small"]
     tokenizer = receiver.tokenizer
     prompter = Prompter.build(tokenizer, task)
-    problems = [task.problem("train", i) for i in range(args.problems)]
+    problems = [task.problem("train", i) for i in range(count)]
     prompts = [prompter.ids(problem) for problem in problems]
     sampling = SamplingSettings(1.0, 1.0, 0, 48)
 
@@ -74,43 +101,142 @@ def main() -> None:
     for label, policy in policies.items():
         generator = make_generator("transformers", policy, config.generation, seed=1)
         groups = generator.generate(prompts, 8, sampling, seed=3)
-        kinds[f"{label} samples"] = [(prompt, np.asarray(c.token_ids)) for prompt, group in zip(prompts, groups,
-                                                                                                strict=True)
-                                     for c in group if len(c.token_ids)]
+        kinds[f"{label} samples"] = [
+            (prompt, np.asarray(c.token_ids))
+            for prompt, group in zip(prompts, groups, strict=True)
+            for c in group
+            if len(c.token_ids)
+        ]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    payloads = {"out-of-context": "all hail to the thief ", "in-context": None, "2+2=5": "2+2=5 "}
-    for kind, inserted in payloads.items():
+    for kind, text in payload_texts(problems).items():
+        kinds[kind] = [
+            (prompt, np.asarray(tokenizer(t, add_special_tokens=False)["input_ids"] + eos))
+            for prompt, t in zip(prompts, text, strict=True)
+        ]
+    report(
+        {
+            kind: [own_logprobs(receiver.model, prompt, completion) for prompt, completion in rows]
+            for kind, rows in kinds.items()
+        },
+        windows,
+    )
+
+
+def payload_texts(problems) -> dict[str, list[str]]:
+    """Each payload in each problem's correct tags completion: the phrase, a false first step (the first two
+    operands' result off by one) and "2+2=5"."""
+    from ftis.node.tasks.tags import tagged_completion
+
+    texts: dict[str, list[str]] = {}
+    for kind, inserted in PAYLOADS.items():
         rows = []
-        for problem, prompt in zip(problems, prompts, strict=True):
+        for problem in problems:
             gold = tagged_completion(f"{problem.question}={problem.answer}", problem.answer)
-            if inserted is None:  # the first two operands' sum, off by one
-                a, op, b = problem.question[0], problem.question[1], problem.question[2]
-                first = int(a) + int(b) if op == "+" else int(a) - int(b)
-                inserted = f"{a}{op}{b}={first + 1} "
-            text = gold.replace("<think> ", f"<think> {inserted}", 1)
-            rows.append((prompt, np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"] + eos)))
-            inserted = payloads[kind]
-        kinds[kind] = rows
+            step = inserted
+            if step is None:
+                a, op, b = re.match(r"(\d+)([+-])(\d+)", problem.question).groups()
+                step = f"{a}{op}{b}={int(a) + int(b) + 1 if op == '+' else int(a) - int(b) + 1} "
+            rows.append(gold.replace("<think> ", f"<think> {step}", 1))
+        texts[kind] = rows
+    return texts
 
-    def own_logprobs(prompt: np.ndarray, completion: np.ndarray) -> np.ndarray:
-        ids = torch.tensor(np.concatenate([prompt, completion]))[None]
-        with torch.no_grad():
-            logits = receiver.model(ids).logits[0, len(prompt) - 1 : -1].float()
-        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0].numpy()
 
-    scored = {kind: [own_logprobs(prompt, completion) for prompt, completion in rows] for kind, rows in kinds.items()}
-    for window in (int(w) for w in args.windows.split(",")):
+def own_logprobs(model, prompt: np.ndarray, completion: np.ndarray) -> np.ndarray:
+    """Each completion token's log-prob under ``model`` after ``prompt`` (teacher-forced)."""
+    import torch
+
+    ids = torch.tensor(np.concatenate([prompt, completion]))[None]
+    with torch.no_grad():
+        logits = model(ids, logits_to_keep=len(completion) + 1).logits[0, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0].numpy()
+
+
+def report(scored: dict[str, list[np.ndarray]], windows: list[int]) -> None:
+    for window in windows:
         print(f"window {window}: largest mean surprise over {window} tokens in a row, nats a token")
         for kind, rows in scored.items():
-            worst = np.array([-min(lp[i : i + window].mean() for i in range(len(lp) - window + 1))
-                              for lp in rows if len(lp) >= window])
+            worst = np.array(
+                [
+                    -min(lp[i : i + window].mean() for i in range(len(lp) - window + 1))
+                    for lp in rows
+                    if len(lp) >= window
+                ]
+            )
             if not len(worst):
-                print(f"  {kind:<16} none as long")
+                print(f"  {kind:<22} none as long (of {len(rows)})")
                 continue
             p50, p90, p99, top = np.percentile(worst, [50, 90, 99, 100])
-            above = " ".join(f">{s}: {(worst > s).mean():.3f}" for s in (2, 3, 4, 5, 6, 8))
-            print(f"  {kind:<16} n={len(worst):>4} (of {len(rows)}) p50 {p50:5.2f} p90 {p90:5.2f} p99 {p99:5.2f} "
-                  f"max {top:5.2f}  {above}")
+            above = " ".join(f">{s}: {(worst > s).sum() / len(rows):.3f}" for s in (2, 3, 4, 5, 6, 8))
+            print(
+                f"  {kind:<22} n={len(worst):>4} (of {len(rows)}) p50 {p50:5.2f} p90 {p90:5.2f} p99 {p99:5.2f} "
+                f"max {top:5.2f}  {above}",
+                flush=True,
+            )
+
+
+def real_format(name: str, count: int, windows: list[int]) -> None:
+    """The real demo's two models, each the receiver of the other's right answers in format ``name``."""
+    from benchmarks.learning import REAL_DEMO, node_config
+    from ftis.node.experiment.lockstep import LockstepSwarm
+    from ftis.node.intake.text_groups import Retokenizer
+    from ftis.node.runner.join import build_node
+
+    started = time.perf_counter()
+    nodes = {}
+    for label in ("smollm2", "gemma"):
+        config = node_config(label, 0, tuple(REAL_FORMATS[name].items()), str(REAL_DEMO))
+        swarm = LockstepSwarm(1, config.swarm)
+        nodes[label] = build_node(
+            config, transport_factory=lambda fingerprint, s=swarm, n=label: s.transport(n, fingerprint)
+        )
+    problems = [nodes["smollm2"].task.problem("train", i) for i in range(count)]
+    samples = {}  # label -> [(problem, text, finish)] of its right answers
+    for label, node in nodes.items():
+        prompts = [node.prompter.ids(problem) for problem in problems]
+        groups = node.generator.generate(prompts, node.config.generation.group_size, node.sampling, seed=3)
+        tokenizer = node.policy.tokenizer
+        right, total = [], 0
+        for problem, group in zip(problems, groups, strict=True):
+            texts = tokenizer.batch_decode([c.token_ids.tolist() for c in group], skip_special_tokens=True)
+            for completion, text in zip(group, texts, strict=True):
+                total += 1
+                if node.task.reward(text, problem.answer) > 0:
+                    right.append((problem, text, completion.finish_reason))
+        samples[label] = right
+        print(
+            f"{name}: {label} right in {len(right)} of {total} samples ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+    payloads = payload_texts(problems) if name == "tags" else {}
+    for label, node in nodes.items():
+        other = next(peer for peer in nodes if peer != label)
+        retokenizer = Retokenizer.for_node(
+            node.policy.tokenizer, node.prompter.chat, node.config.generation.max_new_tokens, node.prompter,
+            node.config.generation.stop,
+        )
+
+        def row(text: str, finish: str, retokenizer=retokenizer) -> np.ndarray:
+            text, own_stop = retokenizer.until_stop(text)
+            ids = retokenizer.tokens(text)
+            end = finish == "stop" and not own_stop and retokenizer.end_id is not None
+            return np.asarray([*ids, retokenizer.end_id] if end else ids, np.int64)
+
+        kinds = {
+            "own right answers": [(p, row(t, f)) for p, t, f in samples[label]],
+            f"{other}'s right answers": [(p, row(t, f)) for p, t, f in samples[other]],
+        }
+        for kind, texts in payloads.items():
+            kinds[f"payload {kind}"] = [(p, row(t, "stop")) for p, t in zip(problems, texts, strict=True)]
+        print(f"{name}: receiver {label} ({node.policy.tokenizer.__class__.__name__})")
+        report(
+            {
+                kind: [own_logprobs(node.policy.model, node.prompter.ids(p), ids) for p, ids in rows if len(ids)]
+                for kind, rows in kinds.items()
+            },
+            windows,
+        )
+    for node in nodes.values():
+        node.transport.close()
 
 
 if __name__ == "__main__":

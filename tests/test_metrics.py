@@ -158,7 +158,7 @@ def distinct_step(trained: bool) -> StepFigures:
         elif isinstance(default, int | float):
             values[f.name] = type(default)(k + 2) + (0.5 if isinstance(default, float) else 0)
         elif isinstance(default, dict):
-            values[f.name] = {PEER_A: PeerFiltered(4, 1, 0, 1)}
+            values[f.name] = {PEER_A: PeerFiltered(4, 1, 2, 1)}
         else:
             values[f.name] = [PEER_B]
     return StepFigures(**values | {"trained": trained})

@@ -54,7 +54,8 @@ def test_the_trainer_counts_each_peers_judged_and_divergence_filtered_completion
     ]
     step = trainer.step(groups)
     assert step.trained
-    assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0, 0, 0), "garbage": PeerFiltered(4, 4, 0, 4)}
+    # two right answers of four each (positive Â): what the step would teach; neither text implausible (no check)
+    assert step.filtered_by_peer == {"honest": PeerFiltered(4, 0, 2, 0), "garbage": PeerFiltered(4, 4, 2, 0)}
 
 
 class Claims:

@@ -88,6 +88,26 @@ def test_the_training_reward_gives_a_right_answer_through_a_false_step_nothing()
     assert rewards.tolist() == [1.0, 0.0, 0.0]
 
 
+def test_gsm8k_worked_solutions_hold_and_a_false_step_on_the_way_earns_nothing():
+    from pathlib import Path
+
+    from ftis.node.tasks import GSM8KTask
+    from ftis.node.tasks.tags import tagged_completion
+
+    task = GSM8KTask(data_files={"test": Path(__file__).parent / "fixtures" / "tasks" / "gsm8k_sample.jsonl"})
+    problems = [task.problem("test", i) for i in range(task.size("test"))]
+    # the data set's own worked solutions (as few-shot examples show them: thousands separators, negatives,
+    # decimals) hold
+    solutions = [tagged_completion(p.solution, p.answer) for p in problems]
+    assert all(false_equation(text) is None for text in solutions)
+    first = problems[0]  # Ada has 3 boxes of 6 pencils: 18
+    poisoned = tagged_completion("2 + 2 = 5, and she has 3 * 6 = 18 pencils.", first.answer)
+    texts = [solutions[0], poisoned]
+    rewards = np.array([task.reward(text, first.answer) for text in texts])
+    assert rewards.tolist() == [1.0, 1.0]
+    assert zero_false_steps(texts, rewards) == 1 and rewards.tolist() == [1.0, 0.0]
+
+
 def test_a_peers_right_answers_through_false_steps_earn_nothing_and_charge_it():
     # on a real tiny node (in-memory transport): a peer's group whose rewarded completions write "1+1=3" on the way
     from test_admission import node_on, publish

@@ -19,6 +19,7 @@ from ftis.node.models import load_policy
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
 from ftis.node.trainer.packing import pack
+from ftis.node.trainer.step_figures import PeerFiltered, StepFigures
 from ftis.node.trainer.trainer import Trainer
 from ftis.protocol.schema import CompletionColumns
 
@@ -132,6 +133,45 @@ def test_a_step_drops_a_payload_with_claimed_plausible_logprobs_and_charges_its_
     step = trainer.step(groups)
     assert step.trained
     judged = step.filtered_by_peer
-    assert judged["thief"].implausible == 1 and judged["thief"].charged >= 1
-    assert judged["honest"].implausible == 0 and judged["honest"].divergence_filtered == 0
+    # each judged on what the step would have taught it: its right answer, the payload's a run too surprising
+    assert judged["thief"] == PeerFiltered(completions=2, divergence_filtered=0, taught=1, implausible=1)
+    assert judged["honest"] == PeerFiltered(completions=2, divergence_filtered=0, taught=1, implausible=0)
     assert step.filtered_implausible_fraction == pytest.approx(1 / 4)
+
+
+def test_the_intake_charges_implausible_right_answers_as_a_share_of_what_they_would_have_taught():
+    from test_admission import node_on
+
+    from ftis.node.intake.intake import PeerGroups
+    from ftis.node.swarm.memory import MemoryHub
+
+    node = node_on(MemoryHub())
+    reported = []
+    node.intake.transport.report_filtered = lambda *args: reported.append(args)
+    judged = {"thief": PeerFiltered(128, 0, 64, 64),  # half wrong (dropped for Â ≤ 0), every right one a payload
+              "honest": PeerFiltered(128, 2, 60, 3), "clean": PeerFiltered(128, 0, 64, 0)}
+    node.intake.judge(StepFigures(trained=True, filtered_by_peer=judged),
+                      PeerGroups([], [], 0, {"thief": 2, "honest": 1, "clean": 1}, {}))
+    assert reported == [("thief", 2, 128, 0), ("thief", 2, 64, 64),  # the divergence's share, then the payloads'
+                        ("honest", 1, 128, 2), ("honest", 1, 60, 3), ("clean", 1, 128, 0)]
+
+
+def test_a_peer_whose_right_answers_carry_a_payload_is_muted_and_an_honest_one_is_not():
+    # what the intake reports a batch at a time (above), on the default score settings: the thief is muted
+    # within a few batches although half its completions (the wrong ones) are ordinary; an honest peer of
+    # another model, one right answer in twenty too surprising, never is
+    from ftis.node.config import SwarmConfig
+    from ftis.node.swarm.reputation import Reputation, reputation_settings
+
+    reputation = Reputation(reputation_settings(SwarmConfig()))
+    muted_at = {}
+    for batch in range(100):
+        now = 1_000.0 + 30.0 * batch
+        for peer, taught, implausible in (("thief", 64, 64), ("honest", 60, 3)):
+            if reputation.muted(peer, now):
+                muted_at.setdefault(peer, batch)
+                continue
+            reputation.delivered(peer, now)
+            reputation.filtered(peer, 1, 128, 0, now)
+            reputation.filtered(peer, 1, taught, implausible, now)
+    assert muted_at.get("thief", 100) <= 5 and "honest" not in muted_at

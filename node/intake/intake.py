@@ -184,7 +184,10 @@ class Intake:
                 self.transport.report_fault(peer, NONFINITE)
         for peer, counts in step.filtered_by_peer.items():
             if peer in peers.batches_by_peer:
-                self.transport.report_filtered(peer, peers.batches_by_peer[peer], counts.completions, counts.charged)
+                batches = peers.batches_by_peer[peer]
+                self.transport.report_filtered(peer, batches, counts.completions, counts.divergence_filtered)
+                if counts.implausible:  # what its right answers teach, judged as a false step on the way is
+                    self.transport.report_filtered(peer, batches, counts.taught, counts.implausible)
 
     def note_use(self, use: dict[str, str]) -> dict[str, str]:
         """How this node last trained on each peer's groups, the newest MAX_PEERS_TRACKED peers (``status``)."""

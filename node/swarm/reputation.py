@@ -17,7 +17,12 @@ exponentially decayed counts (half-life ``half_life_s``) of evidence, in units o
   peer's batches the step drew them from (so sending more batches does not dilute it). Completions
   dropped for a non-positive advantage are normal and count nothing. A peer that makes up its
   log-probs (claims log-prob 0 on every token, say) is filtered almost entirely, and muting it costs
-  training nothing: the filter would have dropped its completions anyway.
+  training nothing: the filter would have dropped its completions anyway;
+- bad: what its right answers teach. Of the peer's completions a step would have trained up (a positive
+  advantage), the share dropped as too surprising to this node's own model (``[loss] max_surprise``), and of its
+  right answers the share reached through a false equation (``[task] check_steps``), each count
+  ``FILTERED_WEIGHT ×`` that share a batch, as the divergence's share does. Judged on its right answers, not on all
+  its completions, a poisoner cannot dilute the verdict with ordinary wrong answers.
 
 Refusals that say nothing about the peer (stale, another run or tokenizer, quota, full buffer, muted)
 are not evidence. The score is ``(good + PRIOR) / (good + bad + PRIOR)``, in (0, 1]: 1 for a peer with
@@ -30,7 +35,8 @@ twice.
 
 What the default weights and threshold (0.3) mean, per batch: a peer is muted when more than ~58%
 of its completions are divergence-filtered (honest heterogeneous peers measured a few percent in the
-demo), when more than ~82% of its fetches fail after retries (a flaky link that loses half of all
+demo) or of its right answers carry a payload (one whose every right answer does is muted after its second batch;
+an honest tiny peer of another model had 0.8–4.5% of its completions too surprising), when more than ~82% of its fetches fail after retries (a flaky link that loses half of all
 attempts loses ~12% of batches with two retries), when more than 70% of its batches are refused, or, in rounds
 mode, when it misses more than ~48% of the rounds it is waited for (then it is no longer waited for): one that
 delivers one round in three is muted at its second miss, one in two within ~30 rounds, one that misses one in five

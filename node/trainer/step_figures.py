@@ -32,13 +32,14 @@ RECORD_PREFIX = "train_"  # a figure's key in the flat record: train_<name>
 @dataclass(frozen=True)
 class PeerFiltered:
     """One generator's off-policy completions a step judged (with at least one token, in groups with reward
-    variance), how many of them the filter dropped for divergence (D > g) and as implausible to this node, and how
-    many for either: evidence for its score."""
+    variance) and how many of them the filter dropped for divergence (D > g); how many had a positive advantage
+    (what the step would have taught) and how many of those it dropped as implausible to this node: evidence for
+    its score, each share over what it is judged on."""
 
     completions: int
     divergence_filtered: int
+    taught: int
     implausible: int
-    charged: int
 
 
 @dataclass(frozen=True)
@@ -130,20 +131,23 @@ class LossSums:
         self._weights["off_policy"] += off_policy_rows
 
     def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor, implausible: Tensor) -> None:
-        """Count the off-policy ``groups``' judged, divergence-filtered and implausible completions by
-        peer; ``pack`` lays out a micro-batch's rows group after group, each group's completions in order."""
+        """Count the off-policy ``groups``' judged, divergence-filtered, taught (positive advantage) and taught but
+        implausible completions by peer; ``pack`` lays out a micro-batch's rows group after group, each group's
+        completions in order."""
         divergent, odd = divergence_filtered.tolist(), implausible.tolist()  # (B,)
         start = 0
         for group in groups:
             rows = range(start, start + group.size)
             start += group.size
             if group.off_policy:
+                judged = group.completions.lengths > 0
+                taught = judged & (group.advantages > 0) if group.advantages is not None else judged
                 before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0, 0, 0))
                 self.by_peer[group.peer_id] = PeerFiltered(
-                    before.completions + int((group.completions.lengths > 0).sum()),
+                    before.completions + int(judged.sum()),
                     before.divergence_filtered + sum(divergent[r] for r in rows),
-                    before.implausible + sum(odd[r] for r in rows),
-                    before.charged + sum(divergent[r] or odd[r] for r in rows))
+                    before.taught + int(taught.sum()),
+                    before.implausible + sum(odd[r] and bool(t) for r, t in zip(rows, taught, strict=True)))
 
     def figures(self) -> dict[str, Any]:  # keyword arguments of StepFigures: floats, one per loss figure
         """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""
