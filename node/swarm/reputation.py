@@ -33,14 +33,14 @@ After a mute the peer starts again from its record as decay left it, and is judg
 ``min_evidence`` of new evidence has come in, so the record of before the mute alone never mutes it
 twice.
 
-What the default weights and threshold (0.3) mean, per batch: a peer is muted when more than ~58%
-of its completions are divergence-filtered (honest heterogeneous peers measured a few percent in the
-demo) or of its right answers carry a payload (one whose every right answer does is muted after its second batch;
-an honest tiny peer of another model had 0.8–4.5% of its completions too surprising), when more than ~82% of its fetches fail after retries (a flaky link that loses half of all
-attempts loses ~12% of batches with two retries), when more than 70% of its batches are refused, or, in rounds
-mode, when it misses more than ~48% of the rounds it is waited for (then it is no longer waited for): one that
-delivers one round in three is muted at its second miss, one in two within ~30 rounds, one that misses one in five
-never.
+What the default weights and threshold (0.3) mean, per batch: a peer is muted when more than ~58% of its completions
+are divergence-filtered (honest heterogeneous peers measured a few percent in the demo) or of its right answers
+carry a payload (one whose every right answer does is muted after its second batch; an honest tiny peer of another
+model had 0.8–4.5% of its completions too surprising), when more than ~82% of its fetches fail after retries (a
+flaky link that loses half of all attempts loses ~12% of batches with two retries), when more than 70% of its
+batches are refused, or, in rounds mode, when it misses more than ~48% of the rounds it is waited for (then it is no
+longer waited for): one that delivers one round in three is muted at its second miss, one in two within ~30 rounds,
+one that misses one in five never.
 
 Pure: every call takes the time ``now`` (unix seconds) from its caller; not thread-safe (the
 ``Inbox`` calls it under its lock).
