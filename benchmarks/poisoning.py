@@ -4,6 +4,7 @@ honest tiny-model node, with its defences on and off.
 Run (from the repo root):
     python -m benchmarks.poisoning [--attacks out-of-context,in-context,dos,wrong-answer] [--conditions clean,ftis]
                                    [--seeds 0 1 2] [--rounds N] [--quick] [--swarm 3|4] [--floor F] [--out DIR]
+                                   [--report]
 --quick: 20 rounds, one seed, 100 evaluation problems (a few minutes a cell once the warm starts are cached).
 
 Setting: arithmetic in the tags format (three one-digit operands with + and -; the completion
@@ -41,7 +42,8 @@ held-out greedy completions carrying the payload: the phrase, a false two-operan
 (sum, nats) of the payload in context, inserted in held-out problems' completions (``audit.payload_logprob``), which
 shows learning before greedy output does; and from an audit of every step (``StepAudit``) how many of the attacker's
 completions the node trained on with a positive advantage. Differences against ``clean`` are paired by seed. Cells
-are written to ``DIR/cells/`` as they finish (a rerun skips them) and the report to ``DIR/report.md``.
+are written to ``DIR/cells/`` as they finish (a rerun skips them) and the report to ``DIR/report.md``;
+``--report`` writes it from the cells there, running none.
 
 In process, in lockstep, over the in-memory transport: the experiment's machinery (``ftis.node.experiment``:
 ``run_cell`` with ``CellExtras``), which runs the networked node's code on the same wire bytes.
@@ -264,8 +266,8 @@ def benchmark_cells(attacks: list[str], conditions: list[str], seeds: list[int])
             for attack in (attacks if CONDITIONS[condition].attacked else [None])]
 
 
-def run_benchmark(grid: Grid, cells: list[BenchCell], out: Path, echo=print) -> list[dict[str, Any]]:
-    """Every cell not yet in ``out``; all the cells' records."""
+def run_benchmark(grid: Grid, cells: list[BenchCell], out: Path, echo=print, run: bool = True) -> list[dict[str, Any]]:
+    """Every cell not yet in ``out`` (none with ``run`` False); the records of all the cells there are."""
     import torch
 
     from ftis.node.experiment.cell import prepare_warm_starts
@@ -274,6 +276,8 @@ def run_benchmark(grid: Grid, cells: list[BenchCell], out: Path, echo=print) -> 
     todo = [cell for cell in cells if records[cell] is None]
     echo(f"poisoning: {len(cells)} cells ({grid.rounds} rounds, swarm of {len(grid.models) + 1}) in {out}; "
          f"{len(cells) - len(todo)} finished already")
+    if not run:
+        return [record for record in records.values() if record is not None]
     if todo:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one thread per node: the lockstep's threads share the cores
@@ -324,6 +328,7 @@ def main() -> None:
                         help="members, the attacker included (3: 1 of 3; 4: 25%%)")
     parser.add_argument("--floor", type=float, default=None, help="defended: the floor, loss.plausibility_floor (or "
                         "loss.max_surprise) (default: the node's)")
+    parser.add_argument("--report", action="store_true", help="the report of the cells already in DIR; run none")
     parser.add_argument("--out", type=Path, default=None,
                         help="default runs/poisoning/swarm-N (runs/poisoning-quick/swarm-N with --quick)")
     args = parser.parse_args()
@@ -346,7 +351,7 @@ def main() -> None:
     seeds = args.seeds if args.seeds is not None else list(range(grid.seeds))
     out = args.out or Path("runs/poisoning-quick" if args.quick else "runs/poisoning") / f"swarm-{args.swarm}"
     started, load_before = time.perf_counter(), os.getloadavg()[0]
-    records = run_benchmark(grid, benchmark_cells(attacks, conditions, seeds), out)
+    records = run_benchmark(grid, benchmark_cells(attacks, conditions, seeds), out, run=not args.report)
     rows = summarize(records, list(grid.models), attacks, conditions)
     command = ("python -m benchmarks.poisoning " + " ".join(sys.argv[1:])).strip()
     load = f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (1 min)"

@@ -7,7 +7,8 @@ Per cell and node (``measures``): held-out accuracy at the start and the end (in
 start, the end and its peak over the evaluations (in % of greedy completions; for a length attack the mean greedy
 completion length over clean's at the same seed and evaluation, a ratio), the node's log-prob of the payload in
 context at the start and the end (nats), and the attacker's poisoned completions its steps trained on with a positive
-advantage (count, and % of those published). Over seeds: mean ± sample std; Δ: paired by seed against ``clean``.
+advantage (count, and % of those published), and the attacker's groups that reached its steps (count, and % of those
+published: none while it is muted). Over seeds: mean ± sample std; Δ: paired by seed against ``clean``.
 A row of ``clean`` is repeated in each attack's block, with that attack's success measured on the clean node.
 """
 
@@ -52,7 +53,9 @@ def measures(record: Record, clean: Record | None, label: str, attack: str) -> d
     mine = poison["nodes"][label]
     success = success_curve(record, clean, label, attack)
     payload = mine["payload_logprob"][attack]
-    raised = sum(mine["raised"]) if poison["attack"] == attack else float("nan")
+    attacked = poison["attack"] == attack
+    raised = sum(mine["raised"]) if attacked else float("nan")
+    groups = sum(mine["groups"]) if attacked else float("nan")
     return {
         "start": 100 * node["id_accuracy"][0],
         "end": 100 * final(node["id_accuracy"]),
@@ -63,6 +66,8 @@ def measures(record: Record, clean: Record | None, label: str, attack: str) -> d
         "payload_end": payload[-1],
         "raised": raised,
         "raised_share": 100 * raised / (poison["poisoned_per_round"] * record["rounds"]),
+        "groups": groups,
+        "groups_share": 100 * groups / (poison["settings"]["groups"] * record["rounds"]),
     }
 
 
@@ -112,17 +117,19 @@ def _success(row: Row, key: str) -> str:
 
 def table(rows: list[Row]) -> str:
     head = ("| attack | condition | node | accuracy start → end | Δ end vs clean | attack success start → end (peak) | "
-            "payload log-prob start → end | poisoned completions trained up |\n|" + "---|" * 8)
+            "payload log-prob start → end | poisoned completions trained up | attacker's groups in its steps |\n|"
+            + "---|" * 9)
     lines = [head]
     for row in rows:
         v = row.values
         clean = row.condition == "clean"
         up = "—" if v["raised"].n == 0 else f"{_spread(v['raised'], 0)} ({_spread(v['raised_share'])}%)"
+        taken = "—" if v["groups"].n == 0 else f"{_spread(v['groups'], 0)} ({_spread(v['groups_share'])}%)"
         lines.append(
             f"| {row.attack} | {row.condition} | {row.node} | {_spread(v['start'])} → {_spread(v['end'])} | "
             f"{'—' if clean else _spread(row.delta_end, signed=True)} | "
             f"{_success(row, 'success_start')} → {_success(row, 'success_end')} ({_success(row, 'success_peak')}) | "
-            f"{_spread(v['payload_start'], 0)} → {_spread(v['payload_end'], 0)} | {up} |")
+            f"{_spread(v['payload_start'], 0)} → {_spread(v['payload_end'], 0)} | {up} | {taken} |")
     return "\n".join(lines)
 
 
@@ -154,7 +161,8 @@ def write_report(rows: list[Row], records: list[Record], grid: Grid, out: Path, 
         "(dos: mean greedy completion length over clean's at the same seed); *payload log-prob*: the node's own "
         "summed log-prob (nats) of the payload in context, mean over held-out problems; *trained up*: the attacker's "
         "poisoned completions a step trained on with a positive advantage (sum over rounds, and % of those "
-        "published). Mean ± std over seeds; Δ paired by seed.\n\n"
+        "published); *groups in its steps*: the attacker's groups that reached the node's steps (sum over rounds, and "
+        "% of those published: a muted attacker's are not fetched). Mean ± std over seeds; Δ paired by seed.\n\n"
         + main + "\n\n## At every evaluation (mean over seeds)\n\n" + curves_table(rows, rounds)
         + "\n")
     return write_atomic(out / "report.md", text), main
