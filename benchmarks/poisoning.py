@@ -3,8 +3,8 @@ honest tiny-model node, with its defences on and off.
 
 Run (from the repo root):
     python -m benchmarks.poisoning [--attacks out-of-context,in-context,dos,wrong-answer] [--conditions clean,ftis]
-                                   [--seeds 0 1 2] [--rounds N] [--quick] [--swarm 3|4] [--floor F] [--out DIR]
-                                   [--report]
+                                   [--seeds 0 1 2] [--rounds N] [--quick] [--swarm 3|4] [--max-surprise S]
+                                   [--out DIR] [--report]
 --quick: 20 rounds, one seed, 100 evaluation problems (a few minutes a cell once the warm starts are cached).
 
 Setting: arithmetic in the tags format (three one-digit operands with + and -; the completion
@@ -29,12 +29,12 @@ starts, same node seeds):
 - ``undefended``: the attacker; ``nois`` (no IS weight, no filter), peers' answers trusted, defences off.
 - ``ftis``: the attacker; F-TIS, defences off, peers' answers not trusted: the node's behaviour before the defence.
 - ``defended``: the attacker; F-TIS and the defence: ``task.check_steps`` (a completion with a false equation scores
-  0) and the floor on the node's own log-prob of a peer's text (``loss.plausibility_floor``, or ``loss.max_surprise``
-  where node/ names it so) at its default (or ``--floor``).
+  0) and the bound on how surprising a run of a peer's tokens may be to the node's own model (``loss.max_surprise``)
+  at its default (or ``--max-surprise``).
 - ``clean-defended``: no attacker; the defence on (its cost on a clean swarm).
 - ``filter-only`` (not run unless named): the attacker; F-TIS, peers' answers trusted.
-Defences off sets each defence setting node/ has to its off value (``DEFENCE_SWITCH``, ``DEFENCE_FLOORS``); where
-node/ has no floor setting yet the two defended conditions are skipped with a message.
+Defences off sets both defence settings to their off values (``check_steps`` false, ``max_surprise`` inf), so no
+condition rests on a default.
 
 Figures per node, at every evaluation and at the end: held-out greedy accuracy; attack success (the share of
 held-out greedy completions carrying the payload: the phrase, a false two-operand step, ``2+2=5``, the answer 99; for
@@ -105,7 +105,7 @@ class Setting:
     attacked: bool
     variant: str  # loss.variant
     trust_peer_answers: bool  # task.trust_peer_answers: off, a foreign data set's groups are unusable
-    defence: bool  # task.check_steps and loss.plausibility_floor (at its default, or --floor); off: -inf
+    defence: bool  # task.check_steps and loss.max_surprise (at its default, or --max-surprise); off: false, inf
 
 
 CONDITIONS = {
@@ -120,45 +120,19 @@ DEFAULT_CONDITIONS = ("clean", "undefended", "ftis", "defended", "clean-defended
 DEFAULT_ATTACKS = ("out-of-context", "in-context", "in-context-fixed", "dos", "wrong-answer")
 
 
-# The defence's settings (node/): (section, key, its value when off). Defences off sets each one node/ has to it, so
-# no condition rests on a default; the floor is named either way while node/ settles the name (``max_surprise``: the
-# same bound as a positive surprise, nats a token, inf off).
-DEFENCE_SWITCH = ("task", "check_steps", False)
-DEFENCE_FLOORS = (("loss", "plausibility_floor", -math.inf), ("loss", "max_surprise", math.inf))
-
-
-def _fields() -> dict[str, set[str]]:
-    from ftis.node.config import LossConfig, TaskConfig
-
-    return {"task": set(TaskConfig.model_fields), "loss": set(LossConfig.model_fields)}
-
-
-def defence_available() -> bool:
-    """Whether node/ has the defence's settings: ``task.check_steps`` and a floor (``loss.plausibility_floor``)."""
-    fields = _fields()
-    return DEFENCE_SWITCH[1] in fields["task"] and any(key in fields[section] for section, key, _ in DEFENCE_FLOORS)
-
-
-def condition_node(setting: Setting, floor: float | None) -> dict[str, Any]:
+def condition_node(setting: Setting, max_surprise: float | None) -> dict[str, Any]:
     """The node settings of ``setting`` (laid over the grid's): every one the comparison rests on, explicit."""
-    fields = _fields()
-    node: dict[str, Any] = {"task": {"trust_peer_answers": setting.trust_peer_answers}, "loss": {}}
-    if setting.defence and not defence_available():
-        raise ValueError("the defence's settings are not in ftis.node.config yet")
-    section, key, off = DEFENCE_SWITCH
-    if key in fields[section]:
-        node[section][key] = setting.defence
-    for section, key, off in DEFENCE_FLOORS:
-        if key in fields[section]:
-            if not setting.defence:
-                node[section][key] = off
-            elif floor is not None:  # else left at the node's default
-                node[section][key] = floor
+    node: dict[str, Any] = {"task": {"trust_peer_answers": setting.trust_peer_answers, "check_steps": setting.defence},
+                            "loss": {}}
+    if not setting.defence:
+        node["loss"]["max_surprise"] = math.inf
+    elif max_surprise is not None:  # else left at the node's default
+        node["loss"]["max_surprise"] = max_surprise
     return node
 
 
 def benchmark_grid(*, swarm: int = 3, quick: bool = False, rounds: int | None = None, conditions: list[str],
-                   floor: float | None = None, data: dict[str, Any] | None = None) -> Grid:
+                   max_surprise: float | None = None, data: dict[str, Any] | None = None) -> Grid:
     """The grid of ``conditions`` for a swarm of ``swarm`` members (the attacker one of them); ``data``: the grid's
     settings (default ``GRID``)."""
     data = copy.deepcopy(data if data is not None else GRID)
@@ -168,7 +142,7 @@ def benchmark_grid(*, swarm: int = 3, quick: bool = False, rounds: int | None = 
     if rounds is not None:
         data["rounds"] = rounds
     data["conditions"] = {"solo": {"swarm": False}, **{
-        name: {"variant": CONDITIONS[name].variant, "node": condition_node(CONDITIONS[name], floor)}
+        name: {"variant": CONDITIONS[name].variant, "node": condition_node(CONDITIONS[name], max_surprise)}
         for name in conditions}}
     return Grid.model_validate(data)
 
@@ -326,8 +300,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20 rounds, one seed, 100 evaluation problems")
     parser.add_argument("--swarm", type=int, choices=sorted(SWARMS), default=3,
                         help="members, the attacker included (3: 1 of 3; 4: 25%%)")
-    parser.add_argument("--floor", type=float, default=None, help="defended: the floor, loss.plausibility_floor (or "
-                        "loss.max_surprise) (default: the node's)")
+    parser.add_argument("--max-surprise", type=float, default=None,
+                        help="defended: loss.max_surprise, nats a token (default: the node's)")
     parser.add_argument("--report", action="store_true", help="the report of the cells already in DIR; run none")
     parser.add_argument("--out", type=Path, default=None,
                         help="default runs/poisoning/swarm-N (runs/poisoning-quick/swarm-N with --quick)")
@@ -338,16 +312,10 @@ def main() -> None:
 
     attacks = _names(args.attacks, ATTACKS, "attacks")
     conditions = _names(args.conditions, CONDITIONS, "conditions")
-    if not defence_available():
-        skipped = [name for name in conditions if CONDITIONS[name].defence]
-        if skipped:
-            print(f"skipped: {', '.join(skipped)}: ftis.node.config has no task.check_steps and "
-                  "loss.plausibility_floor yet (the defence is not in node/)")
-        conditions = [name for name in conditions if not CONDITIONS[name].defence]
     if "clean" not in conditions:
         conditions.insert(0, "clean")  # the reference every difference is taken against
     grid = benchmark_grid(swarm=args.swarm, quick=args.quick, rounds=args.rounds, conditions=conditions,
-                          floor=args.floor)
+                          max_surprise=args.max_surprise)
     seeds = args.seeds if args.seeds is not None else list(range(grid.seeds))
     out = args.out or Path("runs/poisoning-quick" if args.quick else "runs/poisoning") / f"swarm-{args.swarm}"
     started, load_before = time.perf_counter(), os.getloadavg()[0]

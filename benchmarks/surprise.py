@@ -46,7 +46,24 @@ GRID = {
 }
 
 
-PAYLOADS = {"out-of-context": "all hail to the thief ", "in-context": None, "2+2=5": "2+2=5 "}
+
+
+def false_first_step(question: str, answer: str) -> str:
+    """The first two operands' result, off by one: ``7-2=6`` for ``7-2+9``."""
+    a, op, b = re.match(r"(\d+)([+-])(\d+)", question).groups()
+    return f"{a}{op}{b}={int(a) + int(b) + 1 if op == '+' else int(a) - int(b) + 1} "
+
+
+# kind -> the text put first in the reasoning of a problem's correct completion
+PAYLOADS = {
+    "out-of-context": lambda question, answer: "all hail to the thief ",
+    "in-context": false_first_step,
+    "2+2=5": lambda question, answer: "2+2=5 ",
+    # an attacker that knows both checks: the false step in words (the arithmetic check reads no words) ...
+    "2+2=5 in words": lambda question, answer: "two plus two is five ",
+    # ... and the paper's denial of service made plausible: the true reasoning written three times more
+    "true reasoning repeated": lambda question, answer: f"{question}={answer} " * 3,
+}
 REAL_FORMATS = {  # --real: what each format changes in the real demo's node settings
     "plain": {},
     "tags": {"task.arithmetic.format": "tags", "generation.max_new_tokens": 40, "generation.stop": ["</answer>"]},
@@ -123,21 +140,14 @@ def tiny(count: int, windows: list[int], warmup_steps: int | None) -> None:
 
 
 def payload_texts(problems) -> dict[str, list[str]]:
-    """Each payload in each problem's correct tags completion: the phrase, a false first step (the first two
-    operands' result off by one) and "2+2=5"."""
+    """Each payload (``PAYLOADS``) first in the reasoning of each problem's correct tags completion."""
     from ftis.node.tasks.tags import tagged_completion
 
     texts: dict[str, list[str]] = {}
     for kind, inserted in PAYLOADS.items():
-        rows = []
-        for problem in problems:
-            gold = tagged_completion(f"{problem.question}={problem.answer}", problem.answer)
-            step = inserted
-            if step is None:
-                a, op, b = re.match(r"(\d+)([+-])(\d+)", problem.question).groups()
-                step = f"{a}{op}{b}={int(a) + int(b) + 1 if op == '+' else int(a) - int(b) + 1} "
-            rows.append(gold.replace("<think> ", f"<think> {step}", 1))
-        texts[kind] = rows
+        texts[kind] = [
+            tagged_completion(f"{inserted(p.question, p.answer)}{p.question}={p.answer}", p.answer) for p in problems
+        ]
     return texts
 
 

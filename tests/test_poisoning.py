@@ -104,16 +104,11 @@ def test_the_report_pairs_every_attacked_row_with_clean(records):
 
 
 def test_every_condition_sets_the_defence_explicitly():
-    fields = {**{key: "task" for key in TaskConfig.model_fields}, **{key: "loss" for key in LossConfig.model_fields}}
-    for setting in poisoning.CONDITIONS.values():
-        if setting.defence and not poisoning.defence_available():
-            with pytest.raises(ValueError):
-                poisoning.condition_node(setting, None)
-            continue
+    for name, setting in poisoning.CONDITIONS.items():
         node = poisoning.condition_node(setting, None)
-        assert node["task"]["trust_peer_answers"] == setting.trust_peer_answers
-        if "check_steps" in fields:
-            assert node["task"]["check_steps"] == setting.defence
-        for section, key, off in poisoning.DEFENCE_FLOORS:
-            if key in fields and not setting.defence:
-                assert node[section][key] == off and math.isinf(off)
+        assert node["task"] == {"trust_peer_answers": setting.trust_peer_answers, "check_steps": setting.defence}
+        # off: the bound at its off value; on: the node's default, or the benchmark's --max-surprise
+        assert node["loss"] == ({} if setting.defence else {"max_surprise": math.inf}), name
+        if setting.defence:
+            assert poisoning.condition_node(setting, 3.0)["loss"] == {"max_surprise": 3.0}
+    assert TaskConfig().check_steps and math.isfinite(LossConfig().max_surprise)  # the defended ones rest on these

@@ -12,8 +12,8 @@ advantages and keep decisions), and its gradient with respect to their log-probs
 step pushes up (the negative gradient summed over its tokens is positive) is one the node trains on with a positive
 advantage; one pushed down had a negative advantage and was kept; a completion with no gradient was filtered, or its
 group had no reward variance. Groups that never reach the step (unusable: no gold the node trusts) are counted by the
-node as unusable and not seen here. A defence that drops completions before the loss (a reward of 0, a plausibility
-floor) acts inside the wrapped trainer's step or before it: the audit sees what reached ``step``, and its loss is the
+node as unusable and not seen here. A defence that drops completions before the loss (a reward of 0, the surprise
+bound) acts inside the wrapped trainer's step or before it: the audit sees what reached ``step``, and its loss is the
 node's ``compute_loss`` on it.
 
 **The payload's log-prob.** For each of a fixed set of held-out problems, the attacker's poisoned completion of it
