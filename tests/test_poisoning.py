@@ -44,6 +44,10 @@ def records(tmp_path_factory):
     grid = poisoning.benchmark_grid(swarm=3, conditions=["clean", "ftis", "undefended", "filter-only"], data=data)
     out = tmp_path_factory.mktemp("poisoning")
     found = poisoning.run_benchmark(grid, CELLS, out, echo=lambda line: None)
+    # --report: the stored cells read back, and a cell not stored left out rather than run
+    stored = poisoning.run_benchmark(grid, [*CELLS, Cell("ftis", 1, "dos")], out, echo=lambda line: None, run=False)
+    assert [(r["condition"], r["seed"], r["fingerprint"]) for r in stored] == [
+        (r["condition"], r["seed"], r["fingerprint"]) for r in found]
     return {(record["condition"], record["poisoning"]["attack"]): record for record in found}
 
 
@@ -101,6 +105,8 @@ def test_the_report_pairs_every_attacked_row_with_clean(records):
     assert dos.values["success_end"].mean == 1.0  # a length over clean's own
     assert "| out-of-context | ftis | small |" in report.table(rows)
     assert "| wrong-answer | undefended | medium | success |" in report.curves_table(rows, [0, ROUNDS])
+    undefended = next(row for row in rows if row.attack == "wrong-answer" and row.condition == "undefended")
+    assert undefended.values["groups_share"].mean == 100.0  # every group the attacker published reached the steps
 
 
 def test_every_condition_sets_the_defence_explicitly():
