@@ -118,3 +118,20 @@ def test_every_condition_sets_the_defence_explicitly():
         if setting.defence:
             assert poisoning.condition_node(setting, 3.0)["loss"] == {"max_surprise": 3.0}
     assert TaskConfig().check_steps and math.isfinite(LossConfig().max_surprise)  # the defended ones rest on these
+
+
+def test_the_real_setup_attacks_the_real_demos_models_on_their_task_with_written_reasoning():
+    real = poisoning.REAL
+    grid = poisoning.benchmark_grid(conditions=["clean", "defended"], setup=real)
+    assert set(grid.models) == {"smollm2", "gemma"} and real.victim in grid.models
+    victim = grid.node_config(real.victim, "defended", 0, Path("m"))
+    assert grid.models[real.victim].name == "smollm2-135m-instruct" and victim.model.adapter == "full"
+    assert victim.task.arithmetic.format == "tags" and victim.task.few_shot == 8 and victim.task.check_steps
+    assert victim.generation.stop == ["</answer>"] and victim.mix.max_peer_groups == 16
+    assert grid.node_config("gemma", "clean", 0, Path("m")).loss.max_surprise == math.inf  # clean: defences off
+    assert real.settings.groups == victim.generation.prompts_per_round  # as many groups as an honest node
+    assert "in-context-sum" in real.attacks and "in-context" not in real.attacks  # two operands: no partial result
+    assert poisoning.fingerprint(grid, Cell("defended", 0, "dos"), real) != poisoning.fingerprint(
+        grid, Cell("defended", 0, "dos"))  # a real cell is never read as a tiny one's
+    with pytest.raises(ValueError, match="swarm of 4"):
+        poisoning.benchmark_grid(swarm=4, conditions=["clean"], setup=real)

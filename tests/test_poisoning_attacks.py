@@ -138,3 +138,30 @@ def test_the_payloads_are_right_answers_and_recognised_only_where_written():
     assert payloads.false_steps("<think> 7-2+9=14 7-2=5 </think>") == []
     fixed = payloads.ATTACKS["in-context-fixed"].carries
     assert fixed("<think> 2+2=5 1+2+2=5 </think>") and not fixed("<think> 1+2+2=5 </think>")
+
+
+def test_on_two_operand_sums_the_in_context_attack_writes_the_sum_off_by_one_and_the_step_check_zeroes_it():
+    """The real models' task (sums of numbers up to 99) has no partial result to falsify: its in-context attacker
+    writes the sum itself one too high before the right answer, which only the arithmetic check stops."""
+    from ftis.node.models import build_tokenizer
+    from ftis.node.tasks import make_task
+    from ftis.node.tasks.steps import false_equation
+
+    task = make_task("arithmetic", max_digits=2, operations="+", format="tags", operand_draw="value")
+    tokenizer = build_tokenizer()
+
+    def count(text):
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    attack = payloads.ATTACKS["in-context-sum"]
+    for index in range(20):
+        problem = task.problem("train", index)
+        text = attack.poisoned(problem, 40, count).text
+        assert task.reward(text, problem.answer) == 1.0 and attack.carries(text), text
+        assert false_equation(text) == f"{problem.question} = {int(problem.answer) + 1}"
+        assert not payloads.false_steps(payloads.ATTACKS["in-context"].poisoned(problem, 40, count).text)  # no chain
+        assert not attack.carries(task.solved(problem))
+        wrong = payloads.wrong_completion(task, problem, np.random.default_rng(index))
+        assert not attack.carries(wrong) and false_equation(wrong) is not None  # a wrong sum, honestly answered
+    assert attack.carries("<think> 7-2+9=15 </think>\n<answer> 14 </answer>")  # a chain, contradicted
+    assert not attack.carries("<think> 52+74=133 </think>\n<answer> 133 </answer>")

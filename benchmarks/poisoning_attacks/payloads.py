@@ -15,6 +15,9 @@ advantage:
 - ``in-context``: a wrong intermediate step of the problem itself: for ``7-2+9`` the chain ``7-2=6 6+9=14`` (the
   first partial result off by one, the last step claiming the true answer: both equations are false).
 - ``in-context-fixed``: a fixed false equation, ``FIXED_STEP`` (``2+2=5``), before the honest reasoning.
+- ``in-context-sum``: the whole expression's value written one too high, then the right answer
+  (``47+38=86 </think>\n<answer> 85``): the in-context attack where the problem has one operation (the real models'
+  two-operand sums), recognised as reasoning whose last value the answer contradicts.
 - ``dos``: the honest reasoning repeated until the completion fills the receiver's ``max_new_tokens``
   (denial of service: correct, but as long as the node allows; its success is a length, not a share).
 - ``wrong-answer``: the benchmark's first attacker, kept: the answer ``FIXED_ANSWER`` (no problem has it),
@@ -46,6 +49,7 @@ TEXTS_VERSION = 1  # bump when what an attacker writes changes (cells of the old
 # Two operands and a result, not inside a longer chain ("7-2+9=14" holds none): an intermediate step.
 _STEP = re.compile(r"(?<![\d+\-*=])(-?\d+)([+\-*])(\d+)=(-?\d+)(?![\d+\-*=])")
 _TERMS = re.compile(r"\d+|[+\-*]")
+_REASONED = re.compile(rf"=(-?\d+)\s*{re.escape(THINK_CLOSE)}\s*{re.escape(ANSWER_OPEN)}\s*(-?\d+)")
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,11 @@ def _out_of_context(problem: Problem, max_tokens: int, count: Callable[[str], in
 def _fixed_step(problem: Problem, max_tokens: int, count: Callable[[str], int]) -> Parts:
     opening, closing = _around(problem.answer)
     return Parts(opening, f"{FIXED_STEP} ", honest_reasoning(problem) + closing)
+
+
+def _off_by_one(problem: Problem, max_tokens: int, count: Callable[[str], int]) -> Parts:
+    opening, closing = _around(problem.answer)
+    return Parts(opening, f"{problem.question}={int(problem.answer) + 1}", closing)
 
 
 def wrong_chain(problem: Problem) -> str:
@@ -149,6 +158,12 @@ def has_fixed_step(text: str) -> bool:
     return any(match[0] == FIXED_STEP for match in _STEP.finditer(text))
 
 
+def contradicts(text: str) -> bool:
+    """The reasoning ends on a value that the answer after it contradicts (``…=86 </think>\\n<answer> 85``)."""
+    found = _REASONED.search(text)
+    return found is not None and found[1] != found[2]
+
+
 def _answer_is_fixed(text: str) -> bool:
     found = re.search(rf"{re.escape(ANSWER_OPEN)}\s*(-?\d+)\s*{re.escape(ANSWER_CLOSE)}", text)
     return found is not None and found[1] == FIXED_ANSWER
@@ -158,6 +173,7 @@ ATTACKS: dict[str, Attack] = {attack.name: attack for attack in (
     Attack("out-of-context", _out_of_context, lambda text: PHRASE in text, "own", "plausible", "share"),
     Attack("in-context", _in_context, lambda text: bool(false_steps(text)), "own", "plausible", "share"),
     Attack("in-context-fixed", _fixed_step, has_fixed_step, "own", "plausible", "share"),
+    Attack("in-context-sum", _off_by_one, contradicts, "own", "plausible", "share"),
     Attack("dos", _dos, lambda text: False, "own", "plausible", "length"),
     Attack("wrong-answer", _wrong_answer, _answer_is_fixed, "foreign", "zero", "share"),
 )}

@@ -168,8 +168,8 @@ class _Curves:
     """One node's figures over a cell."""
 
     STEP_KEYS = ("own_reward", "filtered_fraction", "peer_filtered_fraction", "filtered_advantage_fraction",
-                 "filtered_divergence_fraction", "is_weight_mean", "truncated_fraction", "peer_groups_used",
-                 "sequence_groups", "trained")
+                 "filtered_divergence_fraction", "filtered_implausible_fraction", "is_weight_mean",
+                 "truncated_fraction", "peer_groups_used", "sequence_groups", "trained")
 
     def __init__(self) -> None:
         self.eval_rounds: list[int] = []
@@ -195,6 +195,7 @@ class _Curves:
             "peer_filtered_fraction": filtered / peer_sequences if peer_sequences else 0.0,
             "filtered_advantage_fraction": step.filtered_advantage_fraction,
             "filtered_divergence_fraction": step.filtered_divergence_fraction,
+            "filtered_implausible_fraction": step.filtered_implausible_fraction,  # too surprising to this node
             "is_weight_mean": step.is_weight_mean,
             "truncated_fraction": step.truncated_fraction,
             "peer_groups_used": float(report.peer_groups_used),

@@ -71,7 +71,7 @@ def variants(prepare: Callable[[Inputs, LossParams], P],
              finish: Finish[P]) -> dict[str, Callable[[Inputs, LossParams], LossOutputs]]:
     """``nois``, ``vis``, ``tis``, ``ftis``, ``fvis`` at the granularity ``prepare`` and ``finish`` make. Each
     drops, beside what its own filter does, the off-policy completions this node finds implausible
-    (``LossParams.max_surprise``; none at its default, inf)."""
+    (``LossParams.max_surprise``; none when it is inf)."""
 
     def guarded(prepared: P, params: LossParams, /, *, ratio_base: Tensor, weight: Tensor, reported_weight: Tensor,
                 truncated: Tensor, decision: FilterDecision) -> LossOutputs:
