@@ -4,7 +4,7 @@ Run (from the repo root):  python -m benchmarks.learning [--seeds 0 1 2] [--roun
     [--eval-every 10] [--eval-problems 500] [--supervised-control STEPS] [--set KEY=VALUE ...] [--jobs 2]
     [--demo-config FILE] [--json FILE] [--quick | --real]
 --demo-config: the nodes of another demo settings file (default: the packaged demo's tiny models);
---real: the real-model demo's SmolLM2 (``examples/demo-real.toml``, after ``bash .ci/models``), 3 seeds of 30
+--real: the real-model demo's SmolLM2 (``examples/demo-real.toml``, after ``models fetch --all``), 3 seeds of 30
 rounds, 300 problems evaluated every 10 rounds, one run at a time with both cores, goal ≥ 10 points in 30 rounds;
 --nodes: some of the demo's nodes by name (default all); --set: a node setting over the demo's, as a dotted
 path into the node config (``--set trainer.learning_rate=3e-4``, ``--set generation.temperature=1.2``),

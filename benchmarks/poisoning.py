@@ -7,7 +7,7 @@ Run (from the repo root):
                                    [--out DIR] [--report] [--real]
 --quick: 20 rounds, one seed, 100 evaluation problems (a few minutes a cell once the warm starts are cached;
 --real: 10 rounds, 50 problems).
---real (after ``bash .ci/models``): the real demo's models, below.
+--real (after ``ftis-node models fetch --all``): the real demo's models, below.
 
 Setting: arithmetic in the tags format (three one-digit operands with + and -; the completion
 ``<think> 7-2+9=14 </think>\\n<answer> 14 </answer>``, at most 48 tokens). The victim ``small`` (tiny-small, every
@@ -359,7 +359,8 @@ def _names(text: str, known, what: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real", action="store_true",
-                        help="the real demo's SmolLM2 (the victim) and Gemma, with written reasoning (bash .ci/models)")
+                        help="the real demo's SmolLM2 (the victim) and Gemma, with written reasoning "
+                        "(ftis-node models fetch --all)")
     parser.add_argument("--attacks", default=None, help="comma-separated (default: all of the setup's)")
     parser.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS),
                         help="comma-separated (default: %(default)s; filter-only only when named)")

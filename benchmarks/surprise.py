@@ -18,7 +18,7 @@ Prints, per window, each kind's median, p90, p99 and largest surprise and the sh
 the share of the receiver's own samples and of the honest peer's above a threshold is what the check costs, the
 payloads' share what it stops.
 
-``--real`` (after ``bash .ci/models``): the same on the real demo's two models (``examples/demo-real.toml``:
+``--real`` (after ``models fetch --all``): the same on the real demo's two models (``examples/demo-real.toml``:
 SmolLM2-135M-Instruct and Gemma 3 270M, two tokenizers), each the receiver in turn and the other its honest peer,
 in two formats: the demo's bare answers (``plain``, "47+38=" -> "85") and written reasoning (``tags``, the same
 8 solved examples written ``<think> 47+38=85 </think> <answer> 85 </answer>``). The peer's completions reach the

@@ -10,7 +10,7 @@ Qwen2 stand-in on the real 151,936-token vocabulary (``demo_nodes.py``; its peer
 
 Real-model mode, the step's memory (not the ratio):  python -m benchmarks.trainer --model [FOLDER|NAME]
     [--adapter lora] [--microbatch 1024,8192] [--trainer gradient_checkpointing=true] [--threads 2]
---model alone: SmolLM2-135M-Instruct as ``bash .ci/models`` writes it; a name of ``ftis.node.models.real``
+--model alone: SmolLM2-135M-Instruct as ``ftis-node models fetch --all`` writes it; a name of ``ftis.node.models.real``
 (``gemma-3-270m``) or any model folder. 4 prompts of the arithmetic task, each after solved examples up to
 ~300 tokens (in the chat template where the tokenizer has one), G = 8 completions each sampled by the model itself
 (T = 1, ≤ 128 new tokens), rewards drawn 0/1 as below; then one F-TIS ``Trainer.step`` per trainer setting
@@ -285,7 +285,7 @@ def summary(r: CaseResult) -> str:
             f"= {added / r.step.median('nois'):+.2%} of a nois step; ftis filtered {r.filtered:.0%} of the completions")
 
 
-REAL_MODEL = "smollm2-135m-instruct"  # ftis.node.models.real's name: .ci/models writes it
+REAL_MODEL = "smollm2-135m-instruct"  # a name of ftis.node.models.catalog: ftis-node models fetch writes it
 REAL_PROMPTS, REAL_GROUP_SIZE, REAL_MAX_NEW_TOKENS = 4, 8, 128
 FEW_SHOT_TOKENS = 300  # a real node's prompts with solved examples are 200-500 tokens
 INSTRUCTION = "Compute each result. Write the working in one line, then the answer."

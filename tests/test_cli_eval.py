@@ -100,3 +100,28 @@ def test_errors_are_clear_with_an_exit_code_and_no_traceback(tmp_path, args, cod
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)  # an orderly exit, not an exception that escaped
+
+
+def test_a_known_real_model_brings_its_prompt_settings_and_options_still_choose():
+    from ftis.node.evaluation.eval_command import EvalRequest, _plan
+
+    known = _plan(EvalRequest(model="gemma-3-270m", task="arithmetic"))  # plans, loads no model
+    assert (known.few_shot, known.model.chat_template, known.generation.stop, known.max_new_tokens) == (
+        8, "off", ["\n"], 8)
+    tags = _plan(EvalRequest(model="smollm2-135m-instruct", task="arithmetic", max_new_tokens=30))
+    assert tags.generation.stop == ["\n"] and tags.max_new_tokens == 30  # an option given wins
+    plain = _plan(EvalRequest(model="tiny-small", task="arithmetic"))  # not a known real model: as before
+    assert (plain.few_shot, plain.model.chat_template, plain.generation.stop, plain.prompting) == (0, "auto", [], None)
+    assert _plan(EvalRequest(model="smollm2-135m-instruct", task="gsm8k")).prompting is None  # none measured
+
+
+def test_a_real_model_by_name_answers_in_its_tasks_format_without_settings():
+    from tests.helpers.real_models import real_model
+
+    real_model("smollm2-135m-instruct")  # skips without `ftis-node models fetch --all`
+    result = _eval("--model", "smollm2-135m-instruct", "--task", "arithmetic", "--limit", "10", "--json")
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.stdout)
+    assert facts["few_shot"] == 8 and facts["stop"] == ["\n"] and facts["chat_template"] is False
+    assert facts["in_format"] == 10 and facts["truncated"] == 0.0  # bare answers, each ended by its line
+    assert "its prompt settings, 8 solved examples" in result.stderr

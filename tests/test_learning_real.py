@@ -1,4 +1,4 @@
-"""It still learns on a real model: SmolLM2-135M-Instruct (``bash .ci/models``), every weight trained, alone, through
+"""It still learns on a real model: SmolLM2-135M-Instruct (``models fetch``), every weight trained, alone, through
 the node's own code (``build_node``, ``Node.run_round`` on an in-memory transport), as the real-model demo's
 ``smollm2`` node is configured (``examples/demo-real.toml``: addition of numbers up to 99 after 8 solved examples,
 plain answers, lr 1e-5), except that operands are drawn by length (one digit or two, equally likely) rather than
@@ -52,7 +52,7 @@ def sampling_accuracy(node, problems) -> float:
 
 
 def test_grpo_raises_smollm2_sampling_accuracy_well_outside_the_noise(learning):
-    real_model("smollm2-135m-instruct")  # skips (fails in CI) without bash .ci/models
+    real_model("smollm2-135m-instruct")  # skips (fails in CI) without ftis-node models fetch --all
     from ftis.node.experiment.lockstep import LockstepSwarm
     from ftis.node.runner.join import build_node
 

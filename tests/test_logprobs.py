@@ -2,7 +2,7 @@
 by the temperature, log-softmaxed, read at each completion token. Both layouts (one row per completion, and each
 distinct prompt once with the completions on its KV cache, in length buckets), values and gradients, on the
 tiny models, LoRA, a Gemma 3 with a sliding window shorter than the prompts, a softcapped Gemma 2, the Qwen2
-stand-in, and the real SmolLM2 and Gemma 3 where ``bash .ci/models`` put them."""
+stand-in, and the real SmolLM2 and Gemma 3 where ``ftis-node models fetch --all`` put them."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""What a real model needs to be trained on a task (docs/prompts.md), on the two real models (``bash .ci/models``):
+"""What a real model needs to be trained on a task (docs/prompts.md), on the two real models (``models fetch``):
 SmolLM2-135M-Instruct in its chat template with solved examples, and Gemma 3 270M, a base model without a template,
 with its begin-of-sequence token, solved examples in the plain layout and a stop string.
 

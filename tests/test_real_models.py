@@ -1,4 +1,4 @@
-"""The real pretrained models (``bash .ci/models``: SmolLM2-135M-Instruct, Gemma 3 270M) through ``load_policy``, their
+"""The real pretrained models (``models fetch``: SmolLM2-135M-Instruct, Gemma 3 270M) through ``load_policy``, their
 licence files, and ``--model x.gguf``: converted once into the cache, reused, refused whole when unreadable."""
 
 import hashlib
@@ -17,7 +17,7 @@ from ftis.node.models.real import real_model_folder
 
 PROMPT = "The capital of France is"
 GEMMA_NOTICE = "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms"
-EXPECTED = {  # what the models are, measured once from the files .ci/models pins
+EXPECTED = {  # what the models are, measured once from the files the catalog pins
     "smollm2-135m-instruct": {
         "architecture": "LlamaForCausalLM", "parameters": 134_515_008, "vocabulary": 49_152, "bos": 1, "eos": 2,
         "chat_template": True, "adds_bos": False, "licence": "apache-2.0", "licence_files": ["LICENSE"],
@@ -156,16 +156,16 @@ def test_a_missing_gguf_file_and_a_missing_real_model_say_what_to_do(tmp_path, m
     with pytest.raises(NotAModelError, match="no such GGUF file"):
         load_policy("nowhere.gguf")
     monkeypatch.setenv("FTIS_CACHE", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=r"run `bash \.ci/models`"):
+    with pytest.raises(FileNotFoundError, match=r"run `ftis-node models fetch gemma-3-270m`"):
         real_model_folder("gemma-3-270m")
     with pytest.raises(ValueError, match="unknown real model"):
         real_model_folder("gemma-7b")
-    with pytest.raises(NotAModelError, match=r"run `bash \.ci/models`"):  # --model by its name
+    with pytest.raises(NotAModelError, match=r"run `ftis-node models fetch gemma-3-270m`"):  # --model by its name
         load_policy("gemma-3-270m")
 
 
 def test_a_real_model_loads_by_its_name():
-    folder = real_model("smollm2-135m-instruct")  # skipped before `bash .ci/models`
+    folder = real_model("smollm2-135m-instruct")  # skipped before `ftis-node models fetch --all`
     policy = load_policy("smollm2-135m-instruct", adapter="lora", lora_rank=4)
     assert policy.name == "smollm2-135m-instruct" and policy.licence_files == (folder.absolute() / "LICENSE",)
 

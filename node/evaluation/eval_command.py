@@ -40,6 +40,7 @@ from ftis.node.tasks import TASKS, Task, TaskDataError, TaskError, UnknownSplitE
 if TYPE_CHECKING:
     from ftis.node.evaluation.evaluation import EvalProgress, EvalResult
     from ftis.node.models import Policy
+    from ftis.node.models.catalog import Prompting
 
 
 class EvalCommandError(UserError):
@@ -81,6 +82,7 @@ class _Plan:
     model: ModelConfig
     few_shot: int
     generation: GenerationConfig
+    prompting: "Prompting | None" = None  # a known model's own prompt settings, used where none was given
 
 
 def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callable[[str], None]) -> "EvalResult":
@@ -90,6 +92,9 @@ def run_eval(request: EvalRequest, echo: Callable[[str], None], echo_err: Callab
     from ftis.node.tasks.prompts import PromptError, policy_prompter
 
     plan = _plan(request)
+    if plan.prompting is not None:
+        echo_err(f"{request.model} on {plan.task.name} ({plan.task.answer_format}): its prompt settings, "
+                 f"{plan.prompting.describe()} (options or --config choose others)")
     try:
         eval_problems(plan.task, plan.split, plan.limit)  # the data fails here, before a model is loaded
     except UnknownSplitError as error:
@@ -171,21 +176,37 @@ def _plan(request: EvalRequest) -> _Plan:
         split = split or held_out_split(task)
     except (TaskError, EvalError, TypeError) as error:  # TypeError: an arithmetic setting it does not know
         raise EvalCommandError(str(error), USAGE) from None
-    overrides = {"dtype": request.dtype, "device": request.device, "chat_template": request.chat_template}
+    prompting = _known_prompting(request, name, task)
+    overrides = {"dtype": request.dtype, "device": request.device,
+                 "chat_template": request.chat_template or (prompting and prompting.chat_template)}
     model = _validated(ModelConfig, base.model.model_dump() | {k: v for k, v in overrides.items() if v}, "model")
     if request.adapter not in (None, "full", "lora"):
         raise EvalCommandError(f"--adapter must be full or lora, not {request.adapter!r}", USAGE)
     generation = base.generation
+    if prompting is not None:
+        generation = generation.model_copy(update={"stop": list(prompting.stop)})
     return _Plan(
         task=task,
         split=split,
         limit=request.limit if request.limit is not None else (base.eval.limit if request.config else None),
-        max_new_tokens=request.max_new_tokens or base.eval.max_new_tokens or generation.max_new_tokens,
+        max_new_tokens=(request.max_new_tokens or (prompting and prompting.max_new_tokens) or base.eval.max_new_tokens
+                        or generation.max_new_tokens),
         batch_size=request.batch_size or base.eval.batch_size or generation.batch_size,
         model=model,
-        few_shot=task_config.few_shot,
+        few_shot=prompting.few_shot if prompting is not None else task_config.few_shot,
         generation=generation,
+        prompting=prompting,
     )
+
+
+def _known_prompting(request: EvalRequest, task_name: str, task: Task) -> "Prompting | None":
+    """A known real model's prompt settings for this task (``models/catalog.py``), where no ``--config`` gives the
+    node's own; None otherwise."""
+    from ftis.node.models.catalog import CATALOG
+
+    if request.config is not None or request.model not in CATALOG or Path(request.model).expanduser().exists():
+        return None
+    return CATALOG[request.model].prompting_for(task_name, task.answer_format)
 
 
 def _validated(section: type, data: dict[str, Any], label: str) -> Any:

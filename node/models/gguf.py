@@ -168,8 +168,8 @@ def check_licence_files(folder: str | Path) -> None:
         if not (Path(folder) / name).is_file():
             raise LicenceFileMissing(
                 f"{folder} has a licence file missing: {name} (its licence, {manifest.get('licence')}, requires "
-                "it beside the weights; put it back, or convert the model again: `bash .ci/models` for the "
-                "models it fetches, docs/models.md)"
+                "it beside the weights; put it back, or convert the model again: `ftis-node models fetch "
+                "NAME` for a real model by name, docs/models.md)"
             )
 
 

@@ -10,8 +10,8 @@ or LoRA.
 Which source ``model`` names, in this order:
 1. a name in ``TINY_MODELS`` (``tiny-small``, ``tiny-medium``, ``tiny-large``, ``tiny-small-bpe``): built in
    code from ``seed``, with its built-in tokenizer;
-2. a name in ``REAL_MODELS`` (``smollm2-135m-instruct``, ``gemma-3-270m``): the folder ``.ci/models`` wrote in the
-   cache (``real.py``; without it, an error naming the command), loaded as a folder (step 4);
+2. a name in ``REAL_MODELS`` (``smollm2-135m-instruct``, ``gemma-3-270m``): the folder ``ftis-node models fetch`` wrote
+   in the cache (``fetch.py``; without it, an error naming the command), loaded as a folder (step 4);
 3. a file whose name ends in ``.gguf`` (llama.cpp's format, quantized or not): converted the first time into a
    Hugging Face folder in the cache named by the file's sha256 (``$FTIS_CACHE/models/gguf-<prefix>/``, a line
    on stderr says so; ``gguf.py``), then loaded as that folder (step 4). A ``.gguf`` name that is no file, or
@@ -52,6 +52,7 @@ from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ftis.node.errors import UserError
+from ftis.node.models.catalog import REAL_MODELS
 from ftis.node.models.quiet import no_progress_bars
 from ftis.node.models.seeding import seeded
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
@@ -63,7 +64,6 @@ Dtype = Literal["float32", "bfloat16", "float16", "auto"] | torch.dtype
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_BASE_FOLDER = "base"  # beside adapter_config.json: the adapter's base model, when not a hub model
 GGUF_SUFFIX = ".gguf"  # a model file in llama.cpp's format, converted to a folder first (gguf.py)
-REAL_MODELS = ("smollm2-135m-instruct", "gemma-3-270m")  # the folders .ci/models writes (real.py)
 _PATH_LIKE = re.compile(r"^(/|\.|~)|/.*/|\\")
 
 

@@ -20,5 +20,5 @@
 - ``netns.py``             ``require_netns``: skips a test where the NAT of ``benchmarks/netns.py`` cannot be built
 - ``browser.py``           headless Chromium: the dashboard's page as a browser shows it, and a screenshot
 - ``real_tokenizers.py``   the real tokenizers (``bash .ci/tokenizers``), a GSM8K file, a stand-in that answers
-- ``real_models.py``       the real pretrained models (``bash .ci/models``), a tiny GGUF file written with ``gguf``
+- ``real_models.py``       the real pretrained models (``ftis-node models fetch``), a tiny GGUF file (``gguf``)
 """

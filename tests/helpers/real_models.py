@@ -1,8 +1,8 @@
 """The real pretrained models in tests, and a tiny GGUF file written here.
 
-``real_model(name)`` is the folder ``.ci/models`` wrote (``ftis.node.models.real``); without it the test is skipped
-with the command to run, or fails under ``FTIS_REQUIRE_REAL_MODELS=1`` (``.ci/run`` sets it, so CI cannot pass
-by skipping).
+``real_model(name)`` is the folder ``models fetch`` wrote (``ftis.node.models.real``); without it the test
+is skipped with the command to run, or fails under ``FTIS_REQUIRE_REAL_MODELS=1`` (``.ci/run`` sets it, so CI
+cannot pass by skipping).
 
 ``write_tiny_gguf(path)``: a GGUF file in llama.cpp's layout as its converter writes a Llama model (the tensor
 names, the metadata keys, a byte-level BPE tokenizer with a chat template), with random float32 weights and 261
@@ -27,7 +27,7 @@ TINY_CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['
 
 def real_model(name: str) -> Path:
     """The folder of the real model ``name``; skips the test (fails under FTIS_REQUIRE_REAL_MODELS=1) when
-    ``bash .ci/models`` has not been run."""
+    ``ftis-node models fetch --all`` has not been run."""
     return found_or_skipped(real_model_folder, name, REQUIRE)
 
 
