@@ -13,8 +13,10 @@ Files:
 - ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.
 - ``records/``   a round's report, the ``metrics.jsonl`` record, TensorBoard, the display; what its readers share.
 - ``evaluation/`` greedy accuracy on held-out problems: inside the join loop, and ``ftis-node eval``.
+- ``intake/``    peers' batches into the groups a step trains on: admitted, scored with the node's task, mixed.
 - ``runner/``    a node's rounds, ``join`` and its run loop, checkpoints.
 - ``warmup/``, ``demo/``, ``experiment/``: tiny models' warm start, ``ftis-node demo``, ``ftis-node experiment``.
+- ``dashboard/`` ``ftis-node dashboard``: a local web page of the run's members and each node's figures.
 
 Importing this package imports nothing heavy: torch and hivemind load inside the modules that use
 them, so ``ftis-node --help`` stays instant.

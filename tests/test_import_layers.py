@@ -117,6 +117,24 @@ def test_no_import_cycles_between_packages():
         f"{a} -> {b} ({edges[a][b]})" for a, b in itertools.pairwise(cycle))
 
 
+def test_no_import_cycles_between_the_modules_of_a_package():
+    """Inside a package too (``models``: ``loading`` -> ``gguf`` -> ``loading`` was one, broken by a function-local
+    import): a module's errors and tables live below the modules that use them."""
+    edges: dict[str, dict[str, str]] = defaultdict(dict)
+    names = {module for module, _ in modules()}
+    for module, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for name in imported(module, path, node):
+                    if (name in names and name != module and package_of(name) == package_of(module)
+                            and not name.endswith(".__init__") and path.name != "__init__.py"
+                            and name != module.rsplit(".", 1)[0]):
+                        edges[module].setdefault(name, f"{path.relative_to(REPO)}:{node.lineno}")
+    cycle = find_cycle(edges)
+    assert cycle is None, "an import cycle: " + ", ".join(
+        f"{a} -> {b} ({edges[a][b]})" for a, b in itertools.pairwise(cycle))
+
+
 def test_config_imports_only_itself_and_the_protocol():
     outside = [f"{found.where}: imports {found.target}" for found in imports()
                if found.source == "node.config" and found.target != "protocol"]

@@ -12,17 +12,11 @@ from helpers.real_tokenizers import real_tokenizer
 from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaForCausalLM
 
 from ftis.node.models import load_policy
+from ftis.node.models.prefix import MIN_SHARED_PREFIX, shared_prefix
 from ftis.node.trainer import logprobs
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs, output_layer, shares_prompts
-from ftis.node.trainer.packing import (
-    MIN_SHARED_PREFIX,
-    PackedBatch,
-    length_buckets,
-    pack,
-    padded_tokens,
-    shared_prefix,
-)
+from ftis.node.trainer.packing import PackedBatch, length_buckets, pack, padded_tokens
 from ftis.protocol.schema import CompletionColumns
 
 TEMPERATURES = (1.0, 0.7, 1.3)

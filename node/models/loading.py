@@ -51,9 +51,11 @@ import transformers
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ftis.node.errors import UserError
 from ftis.node.models.catalog import REAL_MODELS
+from ftis.node.models.errors import ModelLoadError, NotAModelError, UnknownModelError
+from ftis.node.models.gguf import check_licence_files, gguf_folder, read_manifest
 from ftis.node.models.quiet import no_progress_bars
+from ftis.node.models.real import real_model_folder
 from ftis.node.models.seeding import seeded
 from ftis.node.models.tiny import TINY_MODELS, build_tiny_model, build_tiny_tokenizer
 from ftis.node.models.tokenizer import tokenizer_fingerprint
@@ -65,18 +67,6 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 LORA_BASE_FOLDER = "base"  # beside adapter_config.json: the adapter's base model, when not a hub model
 GGUF_SUFFIX = ".gguf"  # a model file in llama.cpp's format, converted to a folder first (gguf.py)
 _PATH_LIKE = re.compile(r"^(/|\.|~)|/.*/|\\")
-
-
-class ModelLoadError(UserError, ValueError):
-    """The model named cannot be loaded as a policy (the message says why and what would work)."""
-
-
-class UnknownModelError(ModelLoadError):
-    """A ``tiny-*`` name that is not one of ``TINY_MODELS``."""
-
-
-class NotAModelError(ModelLoadError):
-    """A path that does not exist or is not a model folder."""
 
 
 class LoraRankClamped(UserWarning):
@@ -169,8 +159,6 @@ def _load(model: str, *, dtype: Dtype, seed: int, revision: str | None, trainabl
         return _Loaded(network, build_tiny_tokenizer(model), hub_id=None)
     path = Path(model).expanduser()
     if model in REAL_MODELS and not path.exists():
-        from ftis.node.models.real import real_model_folder  # imports gguf.py, which imports this module
-
         try:
             path = real_model_folder(model)
         except FileNotFoundError as missing:
@@ -178,13 +166,9 @@ def _load(model: str, *, dtype: Dtype, seed: int, revision: str | None, trainabl
     if path.suffix.lower() == GGUF_SUFFIX and not path.is_dir():
         if not path.is_file():
             raise NotAModelError(f"no such GGUF file: {model}")
-        from ftis.node.models.gguf import gguf_folder  # imports this module
-
         path = gguf_folder(path)
     licence, licence_files = None, ()
     if path.is_dir():
-        from ftis.node.models.gguf import check_licence_files, read_manifest
-
         check_licence_files(path)
         manifest = read_manifest(path) or {}
         licence = manifest.get("licence")

@@ -30,6 +30,8 @@ Files:
 - ``reachability.py``       ``[swarm] reachability`` and the relay settings as p2pd options; how peers reach us.
 - ``p2pd_metrics.py``       libp2p's own counters (AutoNAT, relay slots, relayed bytes) read from ``p2pd``.
 - ``circuits.py``           which circuit addresses to dial a relayed member at, in libp2p's binary form.
+- ``listen_ports.py``      whether the ports a node is told to listen on are free, before its DHT starts.
+- ``mounts.py``            which mount a folder is on: an anonymous container volume is refused for an identity.
 - ``slots.py``              fair fetch and serve slots (at most 2 per peer).
 
 Importing ``hivemind`` costs about 3 s (it imports torch): only the hivemind-based modules do.

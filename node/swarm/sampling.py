@@ -106,9 +106,6 @@ class Sampler(Generic[Item]):
         for peer_id in expired:
             del self._memory[peer_id]
 
-    def forget(self, peer_id: str) -> None:
-        self._memory.pop(peer_id, None)
-
     def listings(self) -> dict[str, Item]:
         """The newest item of each peer the remembered polls returned."""
         return {peer_id: item for peer_id, (_, item) in self._memory.items()}

@@ -10,6 +10,7 @@ Files:
 - ``gsm8k.py``       GSM8K (train / in-distribution): gold number after ``####``, numeric reward.
 - ``math500.py``     MATH-500 (out-of-distribution evaluation): answers compared with math_verify.
 - ``arithmetic.py``  synthetic arithmetic for tiny CPU models: difficulty settings, train/test/ood splits.
+- ``steps.py``       the equations a completion writes, checked: a right answer through a false step earns 0.
 - ``gold.py``        the gold answer for a received group: own copy first, the peer's only if trusted.
 - ``registry.py``    ``make_task(name, **settings)`` and the one table of task names; ``build_task`` from ``[task]``.
 - ``eval_set.py``    the fixed problems an evaluation scores (and the warm-up's accuracy): the same everywhere.

@@ -28,13 +28,13 @@ both: an advantage group holding a group of another tokenizer is trained per seq
 node's tokens with their sampler log-probs summed).
 """
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ftis.node.models.prefix import shared_prefix
 from ftis.node.trainer.groups import TrainingGroup, advantage_index
 
 
@@ -131,23 +131,6 @@ def _distinct_prompts(groups: list[TrainingGroup]) -> tuple[list[np.ndarray], li
             numbers[key] = len(prompts)
             prompts.append(np.asarray(group.prompt_ids, np.int64))
     return prompts, [numbers[np.asarray(group.prompt_ids, np.int64).tobytes()] for group in groups]
-
-
-MIN_SHARED_PREFIX = 8  # a shorter common prefix is not worth a pass of its own
-
-
-def shared_prefix(prompts: Sequence[np.ndarray]) -> int:
-    """How many first tokens all ``prompts`` share, leaving each at least one of its own (whose last position
-    predicts its first completion token); 0 for fewer than two prompts or fewer than ``MIN_SHARED_PREFIX``."""
-    if len(prompts) < 2:
-        return 0
-    first = np.asarray(prompts[0][: min(len(prompt) for prompt in prompts) - 1])
-    shared = len(first)
-    for prompt in prompts[1:]:
-        differs = np.flatnonzero(np.asarray(prompt[:shared]) != first[:shared])
-        if differs.size:
-            shared = int(differs[0])
-    return shared if shared >= MIN_SHARED_PREFIX else 0
 
 
 def left_padded(prompts: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
