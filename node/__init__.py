@@ -8,6 +8,7 @@ Files:
 - ``atomic.py``  ``replace_folder``: a folder (export, checkpoint) replaced in one rename.
 - ``figures.py`` ``figure()``: a metric declared once as a dataclass field; its record and TensorBoard tags.
 - ``printable.py`` ``printable()``: a string a peer wrote, safe to show on a terminal, in a log or on a page.
+- ``prompt_prefix.py`` ``shared_prefix``: the first tokens a batch of prompts shares, run once (sampler, trainer).
 - ``loss/``      the F-TIS algorithm core: pure functions over tensors (see ``loss/__init__.py``).
 - ``models/``, ``tasks/``, ``generation/``, ``trainer/``: the policy, tasks and rewards, sampling, the F-TIS step.
 - ``swarm/``     the transports (hivemind, in-memory), announcements, the bootstrap peer.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from ftis.node.config import SwarmConfig
 
 _STARTED = time.monotonic()  # start-up times are reported from here
-_STATUS_READ_TIMEOUT_S = 60.0  # `status` reading the run's announcements: a DHT that does not answer is an error
 
 app = typer.Typer(
     name="ftis-node",
@@ -108,9 +107,9 @@ def inspect_command(
 
 def _swarm_config(**settings: object) -> "SwarmConfig":
     """A SwarmConfig from the options given (None = default); ``UsageError`` for a bad value."""
-    from ftis.node.config import SwarmConfig
+    from ftis.node.config import SwarmConfig, validated
 
-    return _validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
+    return validated(SwarmConfig, {key: value for key, value in settings.items() if value is not None})
 
 
 def _light_client_config(peer: list[str], run_id: str | None, shards: int | None) -> "SwarmConfig":
@@ -186,45 +185,11 @@ def status_command(
         "and an estimate of the members in all).")] = False,
 ) -> None:
     """Join as a light client, print the swarm's members, exit."""
-    import json
-    import shutil
-    import tempfile
-
-    from ftis.node.swarm.directory import READER_SHARDS, read_members
-    from ftis.node.swarm.hivemind_transport import start_dht
-    from ftis.node.swarm.peer_view import read_peer_view
-    from ftis.node.swarm.transport import SwarmError
-
     with _reported():
-        view = read_peer_view(node) if node is not None else None  # before joining: a wrong folder fails at once
-        config = _light_client_config(peer, run_id, shards)
-        scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
-        try:
-            dht, _ = start_dht(config, scratch / "identity.key", announce=False)
-            try:
-                reading = read_members(dht, config.run_id, config.shards, timeout=_STATUS_READ_TIMEOUT_S,
-                                       sample=0 if all_shards else READER_SHARDS)
-            finally:
-                dht.shutdown()
-        except TimeoutError:
-            raise SwarmError(f"the swarm's DHT did not answer within {_STATUS_READ_TIMEOUT_S:.0f} s; try again") \
-                from None
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    members = reading.members
-    if as_json:
-        rows = [dict(member.__dict__) for member in members]
-        if view is not None:  # the node's judgement of each member; null where it has none
-            for row in rows:
-                score = view.scores.get(row["peer_id"])
-                row |= {"score": None if score is None else score.score,
-                        "muted_until": None if score is None else score.muted_until}
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    from ftis.node.swarm.status import members_table
+        from ftis.node.swarm.status import swarm_status
 
-    typer.echo(members_table(members, config.run_id, view=view))
-    typer.echo(reading.summary() + ("" if view is None or not view.directory else f"; the node's {view.directory}"))
+        config = _light_client_config(peer, run_id, shards)
+        typer.echo(swarm_status(config, node=node, all_shards=all_shards, as_json=as_json))
 
 
 @app.command("dashboard")
@@ -320,42 +285,16 @@ def join_command(
     ] = False,
 ) -> None:
     """Join a swarm and train: generate, publish, collect peers' groups, take F-TIS steps. Ctrl-C stops."""
-    from ftis.node.config import NodeConfig, load_config
-    from ftis.node.signals import exit_on_sigterm
-
     with _reported("stopped: the DHT and p2pd are shut down"):
-        base = load_config(config_file) if config_file is not None else NodeConfig()
-        if resume and config_file is None:
-            base = _checkpoint_config(out)
-        overrides = {
-            "model": {"name": model, "adapter": adapter, "lora_rank": lora_rank, "lora_alpha": lora_alpha},
-            "task": {"name": task},
-            "swarm": {"initial_peers": peer, "run_id": run_id, "identity_path": identity, "host_maddrs": host_maddrs,
-                      "announce_maddrs": announce_maddrs},
-            "generation": {"backend": backend},
-            "metrics": {"display": display},
-        }
-        data = base.model_dump()
-        for section, values in overrides.items():
-            data[section].update({key: value for key, value in values.items() if value is not None})
-        config = _validated(NodeConfig, data)
+        from ftis.node.runner.join import JoinRequest, join
+        from ftis.node.signals import exit_on_sigterm
+
+        request = JoinRequest(out=out, peer=peer, config=config_file, model=model, adapter=adapter,
+                              lora_rank=lora_rank, lora_alpha=lora_alpha, task=task, run_id=run_id, identity=identity,
+                              host_maddrs=host_maddrs, announce_maddrs=announce_maddrs, backend=backend,
+                              display=display, rounds=rounds, resume=resume)
         exit_on_sigterm()
-        from ftis.node.runner.folders import check_node_folders
-        from ftis.node.runner.join import build_node, run_node
-
-        check_node_folders(out, config.swarm.identity_path)  # before minutes of warm start and start-up
-        node = build_node(config, echo=lambda line: typer.echo(line))
-        run_node(node, rounds, out, lambda line: typer.echo(line), resume=resume)
-
-
-def _checkpoint_config(out: Path) -> Any:
-    """The config the newest checkpoint in the node folder ``out`` recorded (defaults when there is none)."""
-    from ftis.node.config import NodeConfig
-    from ftis.node.runner.checkpoint_files import latest_config
-    from ftis.node.runner.checkpointer import CHECKPOINTS
-
-    saved = latest_config(out / CHECKPOINTS)
-    return NodeConfig() if saved is None else _validated(NodeConfig, saved)
+        join(request, lambda line: typer.echo(line))
 
 
 @app.command("eval")
@@ -486,19 +425,6 @@ def experiment_command(
         command = shlex.join(["ftis-node", "experiment", "--out", str(out), *(["--quick"] if quick else []),
                               *(part for flag, value in options if value is not None for part in (flag, str(value)))])
         run_experiment(grid, out, lambda line: typer.echo(line), command)
-
-
-def _validated(model_class: type, data: dict) -> Any:
-    """``model_class`` validated from ``data``; a ``UsageError`` printed as one ``error: field: reason`` line per
-    problem."""
-    from pydantic import ValidationError
-
-    from ftis.node.config import validation_problems
-
-    try:
-        return model_class.model_validate(data)
-    except ValidationError as error:  # _reported prints the first line's "error: "
-        raise UsageError("\nerror: ".join(validation_problems(error))) from None
 
 
 def main() -> None:

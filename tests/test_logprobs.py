@@ -12,7 +12,7 @@ from helpers.real_tokenizers import real_tokenizer
 from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaForCausalLM
 
 from ftis.node.models import load_policy
-from ftis.node.models.prefix import MIN_SHARED_PREFIX, shared_prefix
+from ftis.node.prompt_prefix import MIN_SHARED_PREFIX, shared_prefix
 from ftis.node.trainer import logprobs
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs, output_layer, shares_prompts

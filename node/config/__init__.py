@@ -43,6 +43,7 @@ from ftis.node.config.base import (
     merged,
     partial_of,
     read_toml,
+    validated,
     validation_problems,
 )
 from ftis.node.config.swarm import RUN_ID_PATTERN, SwarmConfig
@@ -94,6 +95,7 @@ __all__ = [
     "merged",
     "partial_of",
     "read_toml",
+    "validated",
     "validation_problems",
 ]
 

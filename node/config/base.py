@@ -1,16 +1,19 @@
 """The config mechanism every settings file shares (a node's, the demo's, the experiment's grid): ``Section``, the
 base of every section; ``merged``, a partial table laid over another; ``read_toml``; and the one formatter of
-validation problems (``describe_validation_error``: every problem as ``loc.path: reason``)."""
+validation problems (``describe_validation_error``: every problem as ``loc.path: reason``), and ``validated``,
+settings a command assembled checked with them."""
 
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from ftis.protocol.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
 
 # Every numeric setting is bounded by what it means (its Field says which bound): a value past one is no run a node
 # can make, and would otherwise fail later, deep inside numpy, torch or asyncio. Floats are finite unless a
@@ -58,6 +61,15 @@ def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
         loc = ".".join(([prefix] if prefix else []) + [str(part) for part in item["loc"]])
         problems.append(f"{loc or '(root)'}: {item['msg']}")
     return problems
+
+
+def validated(model: type[M], data: Mapping[str, Any]) -> M:
+    """``model`` validated from ``data`` (settings a command assembled from its options); ``ConfigError`` with one
+    ``loc.path: reason`` line per problem, each after the first led by ``error:`` as the command line prints it."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError("\nerror: ".join(validation_problems(error))) from None
 
 
 def describe_validation_error(error: ValidationError, prefix: str = "") -> str:

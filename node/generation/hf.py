@@ -40,7 +40,7 @@ from transformers import DynamicCache
 
 from ftis.node.generation.stops import StopStrings
 from ftis.node.generation.types import GeneratedCompletion, check_request, stop_token_ids
-from ftis.node.models.prefix import shared_prefix
+from ftis.node.prompt_prefix import shared_prefix
 from ftis.protocol import SamplingSettings
 
 # pick(logits (B, V) float32) -> (token ids (B,) int64, their log-probs under the drawing distribution (B,))

@@ -24,7 +24,6 @@ Files:
                     (``ftis-node models fetch``); nothing half-written is left when it fails.
 - ``real.py``       ``real_model_folder``: the folder ``ftis-node models fetch`` wrote for a real model.
 - ``errors.py``    ``ModelLoadError`` and its kinds, below every module that raises them.
-- ``prefix.py``    ``shared_prefix``: the first tokens a batch of prompts shares, run once (sampler and trainer).
 - ``seeding.py``   ``seeded``: random weights from a seed, the same whichever threads build models at once.
 - ``export.py``     ``export_policy`` / ``load_export``: the policy in Hugging Face format (the model, or
                     the adapter for LoRA, plus the tokenizer), written atomically.

@@ -1,4 +1,5 @@
-"""``ftis-node join``: build a node from its config and run rounds until stopped.
+"""``ftis-node join``: the node's settings from its options and config (``JoinRequest``, ``join``), the node built
+from them, and its rounds run until stopped.
 
 The model, the task and the generator are built here; the transport is the hivemind one unless the
 caller passes another (tests and demos pass a ``MemoryTransport``). Ctrl-C or SIGTERM end the loop
@@ -8,16 +9,19 @@ and the transport is always closed (DHT and ``p2pd`` shut down).
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ftis.node.config import NodeConfig
+from ftis.node.config import NodeConfig, load_config, validated
 from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.evaluation.periodic_eval import PeriodicEval
 from ftis.node.records.metrics import RunMetrics
 from ftis.node.records.round_report import rejections_by_peer
 from ftis.node.records.utilisation import LoopClock
 from ftis.node.runner.alone import Alone
-from ftis.node.runner.checkpointer import Checkpointer
+from ftis.node.runner.checkpoint_files import latest_config
+from ftis.node.runner.checkpointer import CHECKPOINTS, Checkpointer
+from ftis.node.runner.folders import check_node_folders
 from ftis.node.runner.helper_threads import HelperThreads
 from ftis.node.runner.mutes import MuteWatch
 from ftis.node.runner.node import Node
@@ -25,6 +29,67 @@ from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import build_task
 from ftis.node.tasks.prompts import policy_prompter
 from ftis.node.trainer.loss_params import loss_params
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """``ftis-node join``'s options as given (None: unset, from ``config`` or the defaults)."""
+
+    out: Path
+    peer: list[str] | None = None
+    config: Path | None = None
+    model: str | None = None
+    adapter: str | None = None
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    task: str | None = None
+    run_id: str | None = None
+    identity: Path | None = None
+    host_maddrs: list[str] | None = None
+    announce_maddrs: list[str] | None = None
+    backend: str | None = None
+    display: str | None = None
+    rounds: int | None = None
+    resume: bool = False
+
+
+def join_config(request: JoinRequest) -> NodeConfig:
+    """The node's settings: the config file (with ``resume`` and none given, the one the newest checkpoint
+    recorded), the options over it; ``ConfigError`` for a value that does not validate."""
+    if request.config is not None:
+        base = load_config(request.config)
+    elif request.resume:
+        base = checkpoint_config(request.out)
+    else:
+        base = NodeConfig()
+    overrides = {
+        "model": {"name": request.model, "adapter": request.adapter, "lora_rank": request.lora_rank,
+                  "lora_alpha": request.lora_alpha},
+        "task": {"name": request.task},
+        "swarm": {"initial_peers": request.peer, "run_id": request.run_id, "identity_path": request.identity,
+                  "host_maddrs": request.host_maddrs, "announce_maddrs": request.announce_maddrs},
+        "generation": {"backend": request.backend},
+        "metrics": {"display": request.display},
+    }
+    data = base.model_dump()
+    for section, values in overrides.items():
+        data[section].update({key: value for key, value in values.items() if value is not None})
+    return validated(NodeConfig, data)
+
+
+def checkpoint_config(out: Path) -> NodeConfig:
+    """The config the newest checkpoint in the node folder ``out`` recorded (defaults when there is none)."""
+    saved = latest_config(out / CHECKPOINTS)
+    return NodeConfig() if saved is None else validated(NodeConfig, saved)
+
+
+def join(request: JoinRequest, echo: Callable[[str], None]) -> None:
+    """``ftis-node join``: the settings, the node's folders checked (before minutes of warm start and start-up),
+    the node built, its rounds run until ``request.rounds`` or a stop."""
+    config = join_config(request)
+    check_node_folders(request.out, config.swarm.identity_path)
+    node = build_node(config, echo=echo)
+    run_node(node, request.rounds, request.out, echo, resume=request.resume)
 
 
 def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport] | None = None,

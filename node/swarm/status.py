@@ -1,13 +1,55 @@
-"""The members table ``ftis-node status`` prints, with a node's scores and mutes when given its view. What members
-wrote of themselves (peer id, model, adapter, relays) is shown through ``printable``: a terminal sees no control,
-bidi or zero-width character of theirs, and no string longer than ``MAX_SHOWN_CHARS``."""
+"""``ftis-node status`` (``swarm_status``): the run's members read as a light client, and the members table it
+prints, with a node's scores and mutes when given its view. What members wrote of themselves (peer id, model,
+adapter, relays) is shown through ``printable``: a terminal sees no control, bidi or zero-width character of
+theirs, and no string longer than ``MAX_SHOWN_CHARS``."""
 
+import json
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
+from ftis.node.config import SwarmConfig
 from ftis.node.printable import printable
 from ftis.node.swarm.inbox import TOKENIZER
 from ftis.node.swarm.peer_view import PeerView, muted_now
-from ftis.node.swarm.transport import Member
+from ftis.node.swarm.transport import Member, SwarmError
+
+READ_TIMEOUT_S = 60.0  # reading the run's announcements: a DHT that does not answer is an error
+
+
+def swarm_status(config: SwarmConfig, *, node: Path | None = None, all_shards: bool = False,
+                 as_json: bool = False) -> str:
+    """``ftis-node status``: the run's members read by a light client with ``config`` (it announces nothing), as
+    a table with the reading's summary, or JSON; ``node`` (a running node's folder) adds its score of each member
+    and its mutes. ``SwarmError`` when the DHT does not answer within ``READ_TIMEOUT_S``."""
+    from ftis.node.swarm.directory import READER_SHARDS, read_members
+    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.peer_view import read_peer_view
+
+    view = read_peer_view(node) if node is not None else None  # before joining: a wrong folder fails at once
+    scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))
+    try:
+        dht, _ = start_dht(config, scratch / "identity.key", announce=False)
+        try:
+            reading = read_members(dht, config.run_id, config.shards, timeout=READ_TIMEOUT_S,
+                                   sample=0 if all_shards else READER_SHARDS)
+        finally:
+            dht.shutdown()
+    except TimeoutError:
+        raise SwarmError(f"the swarm's DHT did not answer within {READ_TIMEOUT_S:.0f} s; try again") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if as_json:
+        rows = [dict(member.__dict__) for member in reading.members]
+        if view is not None:  # the node's judgement of each member; null where it has none
+            for row in rows:
+                score = view.scores.get(row["peer_id"])
+                row |= {"score": None if score is None else score.score,
+                        "muted_until": None if score is None else score.muted_until}
+        return json.dumps(rows, indent=2)
+    summary = reading.summary() + ("" if view is None or not view.directory else f"; the node's {view.directory}")
+    return members_table(reading.members, config.run_id, view=view) + "\n" + summary
 
 
 def members_table(members: list[Member], run_id: str, now: float | None = None, view: PeerView | None = None) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ftis.node.models.prefix import shared_prefix
+from ftis.node.prompt_prefix import shared_prefix
 from ftis.node.trainer.groups import TrainingGroup, advantage_index
 
 
