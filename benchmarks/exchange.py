@@ -83,9 +83,9 @@ def run_on(transport, coroutine, timeout: float = 60.0):
 
 def measure_latency(config, rounds: int, get_dht_time) -> LatencyResult:
     from benchmarks.swarm_common import synthetic_batch
-    from ftis.node.swarm.directory import read_shards
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
-    from ftis.node.swarm.inbox import open_payload
+    from ftis.node.swarm.dht.directory import read_shards
+    from ftis.node.swarm.dht.transport import HivemindTransport
+    from ftis.node.swarm.exchange.inbox import open_payload
     from ftis.protocol.announcement import encode_announcement
 
     publisher = HivemindTransport(config, "bench-tokenizer")
@@ -145,8 +145,8 @@ def measure_throughput(config, repeats: dict[int, int]) -> list[ThroughputResult
     from hivemind.p2p import PeerID
 
     from benchmarks.swarm_common import batch_of_size
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
-    from ftis.node.swarm.inbox import open_payload
+    from ftis.node.swarm.dht.transport import HivemindTransport
+    from ftis.node.swarm.exchange.inbox import open_payload
 
     publisher = HivemindTransport(config, "bench-tokenizer")
     fetcher = HivemindTransport(config, "bench-tokenizer")
@@ -272,8 +272,8 @@ def main() -> None:
     from hivemind.utils import get_dht_time
 
     from benchmarks.swarm_common import ProcessTree, bench_config
-    from ftis.node.swarm import hivemind_transport
-    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.dht import transport as hivemind_transport
+    from ftis.node.swarm.dht.transport import start_dht
 
     random.seed(0)
     rounds = 10 if args.quick else 30

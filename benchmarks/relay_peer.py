@@ -88,7 +88,7 @@ def connections(transport, peer_id: str) -> list[str]:
 
 def announced(transport, run_id: str, shards: int, peer_id: str) -> dict:
     """``peer_id``'s batches (round -> descriptor) as its announcement lists them now."""
-    from ftis.node.swarm.directory import Directory, read_shards
+    from ftis.node.swarm.dht.directory import Directory, read_shards
 
     values = read_shards(transport._dht, run_id, shards).result(30)
     for announcement in Directory().read(values).announcements:
@@ -99,7 +99,7 @@ def announced(transport, run_id: str, shards: int, peer_id: str) -> dict:
 
 def fetch_once(transport, peer_id: str, descriptor, timeout: float) -> float:
     """Seconds from the request to the decoded batch (raises what the fetch raised)."""
-    from ftis.node.swarm.inbox import open_payload
+    from ftis.node.swarm.exchange.inbox import open_payload
 
     async def fetch() -> float:
         started = time.perf_counter()
@@ -234,7 +234,7 @@ async def open_through(p2p, peer_id: str, circuit: str, protocol: str):
     """A stream to ``peer_id`` over ``circuit`` (dialled first: peer routing does not find a node behind a NAT)."""
     from hivemind.p2p import PeerID
 
-    from ftis.node.swarm.circuits import Encoded, maddr_bytes
+    from ftis.node.swarm.reach.circuits import Encoded, maddr_bytes
 
     peer, dial_error = PeerID.from_base58(peer_id), None
     try:
@@ -261,7 +261,7 @@ async def pull(p2p, run_id: str, command: dict) -> dict:
     on a connection the relay has just reset) is retried after a pause, up to 5 in a row."""
     from hivemind.p2p import PeerID
 
-    from ftis.node.swarm.records import run_prefix
+    from ftis.node.swarm.dht.records import run_prefix
 
     streams, got, length, empty = [], 0, -1, 0
     end = time.monotonic() + command["timeout"]
@@ -340,7 +340,7 @@ async def hold(host: str, command: dict) -> dict:
 
 
 async def stranger(host: str, run_id: str) -> None:
-    from ftis.node.swarm.p2pd_metrics import read_counters
+    from ftis.node.swarm.reach.p2pd_metrics import read_counters
 
     loop = asyncio.get_running_loop()
     p2p = await new_stranger(host)
@@ -381,7 +381,7 @@ def main() -> None:
         return
 
     from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
+    from ftis.node.swarm.dht.transport import HivemindTransport
 
     exit_on_sigterm()
     transport = HivemindTransport(config(args), TOKENIZER)

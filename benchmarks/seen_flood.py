@@ -22,7 +22,7 @@ import time
 import psutil
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, inbox_limits
+from ftis.node.swarm.exchange.inbox import FETCH_FAILED, Inbox, inbox_limits
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
 T0 = 1_700_000_000.0

@@ -39,10 +39,10 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.directory import Directory, read_shards
-from ftis.node.swarm.identity import peer_id_of_owner
-from ftis.node.swarm.records import record_validators, shard_key, shard_of
-from ftis.node.swarm.sampling import Sampler, read_settings
+from ftis.node.swarm.dht.directory import Directory, read_shards
+from ftis.node.swarm.dht.records import record_validators, shard_key, shard_of
+from ftis.node.swarm.dht.sampling import Sampler, read_settings
+from ftis.node.swarm.keys.identity import peer_id_of_owner
 from ftis.protocol.announcement import Announcement, BatchDescriptor, encode_announcement
 
 RECORDS_PER_SHARD = 16

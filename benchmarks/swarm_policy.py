@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.reputation import Reputation, reputation_settings
-from ftis.node.swarm.sampling import Offer, Sampler, pick, rank_offers, read_settings
+from ftis.node.swarm.dht.sampling import Offer, Sampler, pick, rank_offers, read_settings
+from ftis.node.swarm.peers.reputation import Reputation, reputation_settings
 
 POLL_S = 1.0  # swarm.poll_interval_s
 STEP_S = 10.0  # a node's round: generate, publish, train

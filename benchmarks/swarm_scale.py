@@ -146,7 +146,7 @@ def _serve(conn, config, count: int, transports: list, calls: list) -> None:
     from hivemind.utils import get_dht_time
 
     from benchmarks.swarm_common import synthetic_batch
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
+    from ftis.node.swarm.dht.transport import HivemindTransport
 
     imported, start_times = time.monotonic() - began, []
     for _ in range(count):
@@ -295,7 +295,7 @@ def run_scale(peers: int, args, tree) -> ScaleResult:
     from hivemind.utils import get_dht_time
 
     from benchmarks.swarm_common import bench_config, memory_of
-    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.dht.transport import start_dht
 
     # Sampled reads cost the same whatever the swarm's size: a fixed poll; full reads grow with N, and so does it.
     poll = args.poll if args.poll else (1.0 if args.shards_per_poll else max(2.0, peers / 2))

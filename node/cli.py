@@ -239,7 +239,7 @@ def identity_command(
     """Print the peer id an identity file gives (e.g. a bootstrap's, before it starts, or in a container)."""
     from hivemind.p2p import PeerID
 
-    from ftis.node.swarm.identity import ensure_identity, publish_address, signing_key
+    from ftis.node.swarm.keys.identity import ensure_identity, publish_address, signing_key
 
     with _reported():
         key_file = ensure_identity(path)

@@ -10,7 +10,7 @@ from helpers.swarm import FakeClock
 from ftis.node.records.display import summary_line
 from ftis.node.records.metrics import report_record
 from ftis.node.runner.alone import Alone
-from ftis.node.swarm.peer_view import PeerView, read_peer_view, write_peer_view
+from ftis.node.swarm.peers.peer_view import PeerView, read_peer_view, write_peer_view
 from ftis.node.swarm.status import members_table
 from ftis.node.swarm.transport import TransportStats
 

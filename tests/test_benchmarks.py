@@ -177,7 +177,8 @@ def test_relay_fetch_benchmark_says_why_it_cannot_build_namespaces(benchmarks, m
 
 def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(benchmarks, capsys):
     policy = benchmarks("swarm_policy")
-    from ftis.node.swarm import reputation, sampling
+    from ftis.node.swarm.dht import sampling
+    from ftis.node.swarm.peers import reputation
 
     # the node's own code, not a copy
     assert (policy.Sampler, policy.rank_offers, policy.pick) == (sampling.Sampler, sampling.rank_offers, sampling.pick)

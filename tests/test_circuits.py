@@ -1,9 +1,9 @@
-"""Which circuit addresses a node dials a relayed member at, and their binary form (node/swarm/circuits.py)."""
+"""Which circuit addresses a node dials a relayed member at, and their binary form (node/swarm/reach/circuits.py)."""
 
 import pytest
 from hivemind.p2p import PeerID
 
-from ftis.node.swarm.circuits import circuits_to_dial, maddr_bytes, relay_ids
+from ftis.node.swarm.reach.circuits import circuits_to_dial, maddr_bytes, relay_ids
 
 RELAY = "QmVZy7KTUS8vgvBMuCz1Hxnn7am8TXYdvC8rYr8hs4LRFv"
 MEMBER_RELAY = "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"

@@ -22,7 +22,7 @@ from helpers.swarm import TOKENIZER, make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
-from ftis.node.swarm.listen_ports import check_listen_ports
+from ftis.node.swarm.reach.listen_ports import check_listen_ports
 from ftis.node.swarm.transport import SwarmError
 
 pytestmark = pytest.mark.hivemind
@@ -94,8 +94,8 @@ def member(tmp_path_factory) -> Iterator[tuple[str, str]]:
     from hivemind.utils import get_dht_time
 
     from ftis.node.config import SwarmConfig
-    from ftis.node.swarm.directory import read_members
-    from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+    from ftis.node.swarm.dht.directory import read_members
+    from ftis.node.swarm.dht.transport import HivemindTransport, start_dht
 
     settings = dict(run_id=RUN, host_maddrs=["/ip4/127.0.0.1/tcp/0"], announce_interval_s=1.0, announcement_ttl_s=30.0)
     bootstrap, _ = start_dht(SwarmConfig(**settings), tmp_path_factory.mktemp("status") / "bootstrap.key",
@@ -150,7 +150,7 @@ def test_status_with_a_bad_peer_address_exits_with_an_error_line():
 
 
 def test_status_whose_read_gets_no_answer_exits_with_an_error_line(member, monkeypatch):
-    from ftis.node.swarm import directory
+    from ftis.node.swarm.dht import directory
 
     def unanswered(*_: object, **__: object) -> None:
         raise TimeoutError  # what read_members raises when the DHT does not answer within its limit

@@ -29,7 +29,7 @@ from ftis.node.dashboard.series import BoundedSeries, MetricsTail
 from ftis.node.dashboard.server import Content, DashboardError, DashboardServer, check_bind, make_server
 from ftis.node.figures import declared
 from ftis.node.records.round_report import RoundReport
-from ftis.node.swarm.directory import MembersReading
+from ftis.node.swarm.dht.directory import MembersReading
 from ftis.node.swarm.transport import Member
 from ftis.node.trainer.step_figures import FIGURES
 

@@ -38,7 +38,7 @@ def page(tmp_path_factory) -> Iterator[tuple[str, str]]:
     from hivemind.utils import get_dht_time
 
     from ftis.node.config import SwarmConfig
-    from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+    from ftis.node.swarm.dht.transport import HivemindTransport, start_dht
 
     folder = tmp_path_factory.mktemp("dashboard")
     settings = dict(run_id=RUN, host_maddrs=[LOOPBACK], announce_interval_s=1.0, announcement_ttl_s=60.0)

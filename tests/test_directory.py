@@ -1,4 +1,4 @@
-"""Reading a run's announcements out of DHT values (``node/swarm/directory.py``): an entry counts only when it
+"""Reading a run's announcements out of DHT values (``node/swarm/dht/directory.py``): an entry counts only when it
 decodes, was signed by the key of the peer it describes, and expires no later than any peer may keep one.
 
 Run: python -m pytest tests/test_directory.py -q
@@ -8,9 +8,9 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils import DHTExpiration, ValueWithExpiration, get_dht_time
 from hivemind.utils.crypto import RSAPrivateKey
 
-from ftis.node.swarm.directory import Directory, MembersReading
-from ftis.node.swarm.identity import peer_id_of_owner
-from ftis.node.swarm.records import latest_expiration
+from ftis.node.swarm.dht.directory import Directory, MembersReading
+from ftis.node.swarm.dht.records import latest_expiration
+from ftis.node.swarm.keys.identity import peer_id_of_owner
 from ftis.node.swarm.transport import Member
 from ftis.protocol.announcement import Announcement, encode_announcement
 

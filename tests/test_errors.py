@@ -39,9 +39,9 @@ INTERNAL = {
     # flow: a checkpoint asked for inside an optimizer step; the checkpointer catches it and saves no round
     "ftis.node.runner.node.RoundInterrupted",
     # hivemind's process dropped a DHT call: counted and retried by the announcer and the poller
-    "ftis.node.swarm.dht_calls.DHTCallLost",
+    "ftis.node.swarm.dht.calls.DHTCallLost",
     # a peer's payload refused for a reason: caught and counted by the transport, never raised to a command
-    "ftis.node.swarm.inbox.Rejected",
+    "ftis.node.swarm.exchange.inbox.Rejected",
     # a dashboard request's head too slow or too large: answered 408 or 431 by the server, never raised further
     "ftis.node.dashboard.heads.HeadRefused",
     # flow: the step's scoring time ran out mid-group; the scorer catches it and leaves the rest unscored

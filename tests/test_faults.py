@@ -39,8 +39,8 @@ from helpers.digit_model import digit_model, write_node_config
 from helpers.hivemind_swarm import DEADLINE_S, Peer, Swarm, kill_tree, start_bootstrap
 
 from ftis.node.runner.checkpoint_files import list_checkpoints, read_checkpoint
-from ftis.node.swarm.directory import Directory, read_shards
-from ftis.node.swarm.inbox import FETCH_FAILED
+from ftis.node.swarm.dht.directory import Directory, read_shards
+from ftis.node.swarm.exchange.inbox import FETCH_FAILED
 
 pytestmark = pytest.mark.hivemind
 

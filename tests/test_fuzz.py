@@ -27,8 +27,8 @@ from benchmarks.fuzzing.inputs import (
 from benchmarks.fuzzing.oracle import ANNOUNCEMENT, BATCH, MEMORY_CONSTANT, Violation, check_batch, judge
 from benchmarks.fuzzing.strategies import announcements, batches, near_valid
 from benchmarks.fuzzing.swarm import DirectoryFuzz, InboxFuzz, make_owners
-from ftis.node.swarm import inbox as inbox_module
-from ftis.node.swarm.directory import Directory
+from ftis.node.swarm.dht.directory import Directory
+from ftis.node.swarm.exchange import inbox as inbox_module
 from ftis.protocol import TokenizerInfo, decode, encode
 from ftis.protocol.announcement import encode_announcement
 

@@ -10,8 +10,8 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.p2p import PeerID
 
 from ftis.node.runner.folders import check_node_folders
-from ftis.node.swarm import mounts
-from ftis.node.swarm.identity import IdentityError, ensure_identity, peer_id_of_owner, signing_key
+from ftis.node.swarm.keys import mounts
+from ftis.node.swarm.keys.identity import IdentityError, ensure_identity, peer_id_of_owner, signing_key
 
 
 def test_identity_file_is_created_once_with_owner_only_permissions(tmp_path):
@@ -65,7 +65,7 @@ def test_a_non_rsa_owner_key_proves_nothing():
 
 def test_an_existing_identity_readable_by_others_is_used_with_a_warning(tmp_path, caplog):
     path = ensure_identity(tmp_path / "node.key")
-    with caplog.at_level(logging.WARNING, logger="ftis.node.swarm.identity"):
+    with caplog.at_level(logging.WARNING, logger="ftis.node.swarm.keys.identity"):
         assert ensure_identity(path) == path
         assert not caplog.records  # 0400, as created
         os.chmod(path, 0o644)
@@ -141,7 +141,7 @@ def test_processes_creating_one_identity_at_once_all_get_the_same_key(tmp_path):
     import sys
 
     key = tmp_path / "identity" / "bootstrap.key"
-    script = ("import sys; from pathlib import Path; from ftis.node.swarm.identity import ensure_identity;"
+    script = ("import sys; from pathlib import Path; from ftis.node.swarm.keys.identity import ensure_identity;"
               "path = ensure_identity(Path(sys.argv[1])); print(path.read_bytes().hex())")
     for attempt in range(2):
         if key.exists():
@@ -156,7 +156,7 @@ def test_processes_creating_one_identity_at_once_all_get_the_same_key(tmp_path):
 
 
 def test_an_identity_file_is_never_replaced_once_there(tmp_path, monkeypatch):
-    from ftis.node.swarm import identity as identity_module
+    from ftis.node.swarm.keys import identity as identity_module
 
     key = ensure_identity(tmp_path / "node.key")
     before = key.read_bytes()
@@ -174,7 +174,7 @@ def test_without_hard_links_the_key_is_created_exclusively(tmp_path, monkeypatch
     before = key.read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o400 and len(before) > 1000
     assert ensure_identity(key).read_bytes() == before
-    from ftis.node.swarm import identity as identity_module
+    from ftis.node.swarm.keys import identity as identity_module
 
     identity_module._create_identity(key)  # a second creator finds the file there and keeps it
     assert key.read_bytes() == before

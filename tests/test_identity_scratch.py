@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.hivemind_transport import HivemindTransport
+from ftis.node.swarm.dht.transport import HivemindTransport
 
 pytestmark = pytest.mark.hivemind
 

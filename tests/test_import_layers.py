@@ -45,7 +45,7 @@ def layers() -> dict[str, int]:
 
 
 def package_of(module: str) -> str:
-    """``ftis.protocol.limits`` -> ``protocol``, ``ftis.node.swarm.inbox`` -> ``node.swarm``, ``ftis.node`` ->
+    """``ftis.protocol.limits`` -> ``protocol``, ``ftis.node.swarm.exchange.inbox`` -> ``node.swarm``, ``ftis.node`` ->
     ``node``."""
     parts = module.split(".")
     if parts[1] == "protocol":

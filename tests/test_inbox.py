@@ -16,8 +16,8 @@ import msgpack
 import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
-from ftis.node.swarm import inbox as inbox_module
-from ftis.node.swarm.inbox import (
+from ftis.node.swarm.exchange import inbox as inbox_module
+from ftis.node.swarm.exchange.inbox import (
     BUFFER_FULL,
     DECODE_ERROR,
     FETCH_FAILED,
@@ -35,8 +35,8 @@ from ftis.node.swarm.inbox import (
     Rejected,
     open_payload,
 )
-from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
-from ftis.node.swarm.outbox import Outbox
+from ftis.node.swarm.exchange.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
+from ftis.node.swarm.exchange.outbox import Outbox
 from ftis.protocol import Group, encode, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES

@@ -15,8 +15,8 @@ from dataclasses import replace
 import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
-from ftis.node.swarm.inbox import AHEAD, PEER_QUOTA, STALE, Inbox, InboxLimits
-from ftis.node.swarm.seen import SeenSet
+from ftis.node.swarm.exchange.inbox import AHEAD, PEER_QUOTA, STALE, Inbox, InboxLimits
+from ftis.node.swarm.exchange.seen import SeenSet
 
 MAX_AGE = 60.0
 LIMITS = InboxLimits(max_age_s=MAX_AGE, per_peer_quota=2, max_batches=8, max_bytes=1 << 20)

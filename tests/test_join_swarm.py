@@ -14,7 +14,7 @@ import psutil
 import pytest
 from helpers.cli_process import CliProcess
 
-from ftis.node.swarm.peer_view import read_peer_view
+from ftis.node.swarm.peers.peer_view import read_peer_view
 
 pytestmark = pytest.mark.hivemind
 

@@ -18,8 +18,12 @@ from helpers.hivemind_swarm import Swarm, start_bootstrap
 from hivemind.utils.mpfuture import MPFuture
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm import dht_calls, directory, hivemind_announce, hivemind_fetch, hivemind_transport
 from ftis.node.swarm.bootstrap import run_bootstrap
+from ftis.node.swarm.dht import announce as hivemind_announce
+from ftis.node.swarm.dht import calls as dht_calls
+from ftis.node.swarm.dht import directory
+from ftis.node.swarm.dht import fetch as hivemind_fetch
+from ftis.node.swarm.dht import transport as hivemind_transport
 from ftis.node.swarm.transport import SwarmError
 
 pytestmark = pytest.mark.hivemind

@@ -13,7 +13,7 @@ from helpers.metrics_fakes import AFTER, BEFORE, PEER_A, PEER_B, report
 
 from ftis.node.config import MetricsConfig
 from ftis.node.records.metrics import RunMetrics
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
 
 PEERS = 5_000

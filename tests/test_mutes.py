@@ -4,7 +4,7 @@ Run: python -m pytest tests/test_mutes.py -q
 """
 
 from ftis.node.runner.mutes import MuteWatch
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.reputation import PeerScore
 
 
 def score(muted_until: float | None) -> PeerScore:

@@ -15,7 +15,7 @@ from helpers.netns import require_netns
 
 from benchmarks.relay_limits import BUILTIN_DATA, SETTINGS, held_for, measure_start
 from ftis.node.swarm.bootstrap import BUILTIN_RELAY, builtin_slots, builtin_warning
-from ftis.node.swarm.p2pd_metrics import RelayCounters
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters
 from ftis.node.swarm.transport import Member
 
 RELAY = "QmRelay"

@@ -17,8 +17,8 @@ from ftis.node.cli import app
 from ftis.node.config import MetricsConfig
 from ftis.node.records.display import summary_line
 from ftis.node.records.metrics import RunMetrics, report_record, tensorboard_scalars
-from ftis.node.swarm.peer_view import PEER_VIEW_FILE, PeerView, PeerViewError, read_peer_view, write_peer_view
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.peer_view import PEER_VIEW_FILE, PeerView, PeerViewError, read_peer_view, write_peer_view
+from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.status import members_table
 from ftis.node.swarm.transport import Member
 

@@ -1,7 +1,8 @@
-"""``[swarm] reachability`` and the relay settings as hivemind options and p2pd flags (node/swarm/reachability.py)."""
+"""``[swarm] reachability`` and the relay settings as hivemind options and p2pd flags
+(node/swarm/reach/reachability.py)."""
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.reachability import describe, p2p_options, p2pd_flags
+from ftis.node.swarm.reach.reachability import describe, p2p_options, p2pd_flags
 
 BOOT = "/ip4/11.77.1.1/tcp/31337/p2p/QmaJm5o3vKEDne5UDp7wmki7zyMs6rHaYfgXSL17BsYP9t"
 

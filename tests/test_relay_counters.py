@@ -1,4 +1,4 @@
-"""How a node finds out how peers reach it: libp2p's counters read from ``p2pd`` (node/swarm/p2pd_metrics.py)
+"""How a node finds out how peers reach it: libp2p's counters read from ``p2pd`` (node/swarm/reach/p2pd_metrics.py)
 and the reach it announces (``reachability.own_reach``).
 
 ``HOME_PAGE`` is part of the page a real ``p2pd`` served, in the NAT test's "home" namespace after it reserved a
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.p2pd_metrics import RelayCounters, counters_of, free_port, parse, read_counters
-from ftis.node.swarm.reachability import RelayAwareDHT, own_reach, p2pd_flags
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters, counters_of, free_port, parse, read_counters
+from ftis.node.swarm.reach.reachability import RelayAwareDHT, own_reach, p2pd_flags
 from ftis.protocol.announcement import Reach
 
 HOME = "12D3KooWJ7nnrzGWGSmLZNGUQ5FHDaq4anzZygMzXpDxFn4xpbDh"

@@ -11,8 +11,7 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm import reputation as reputation_module
-from ftis.node.swarm.inbox import (
+from ftis.node.swarm.exchange.inbox import (
     BAD_ANNOUNCEMENT,
     BUFFER_FULL,
     DECODE_ERROR,
@@ -26,8 +25,9 @@ from ftis.node.swarm.inbox import (
     Inbox,
     InboxLimits,
 )
-from ftis.node.swarm.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
-from ftis.node.swarm.reputation import (
+from ftis.node.swarm.exchange.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
+from ftis.node.swarm.peers import reputation as reputation_module
+from ftis.node.swarm.peers.reputation import (
     FAILED_WEIGHT,
     FILTERED_WEIGHT,
     MISSED_WEIGHT,

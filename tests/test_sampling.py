@@ -1,4 +1,4 @@
-"""The sampled directory and the fetch budget (``swarm/sampling.py``, ``Inbox.choose``), with no network.
+"""The sampled directory and the fetch budget (``swarm/dht/sampling.py``, ``Inbox.choose``), with no network.
 
 Run: python -m pytest tests/test_sampling.py -q
 
@@ -15,10 +15,10 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm import inbox as inbox_module
-from ftis.node.swarm.inbox import Inbox, InboxLimits
+from ftis.node.swarm.dht.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers, read_settings
+from ftis.node.swarm.exchange import inbox as inbox_module
+from ftis.node.swarm.exchange.inbox import Inbox, InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
-from ftis.node.swarm.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers, read_settings
 
 LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=4, max_batches=16, max_bytes=1 << 20)
 
@@ -166,7 +166,7 @@ def test_the_settings_are_validated_in_one_place_and_shown_in_one_line():
 
 
 def test_a_nodes_directory_settings_reach_status_through_its_peer_view(tmp_path):
-    from ftis.node.swarm.peer_view import PeerView, read_peer_view, write_peer_view
+    from ftis.node.swarm.peers.peer_view import PeerView, read_peer_view, write_peer_view
 
     line = SwarmConfig(shards=64, shards_per_poll=2, fetch_budget=4).sampling_line()
     write_peer_view(tmp_path, PeerView(1.0, 3, {}, {}, directory=line))

@@ -14,8 +14,8 @@ import pytest
 from helpers.hivemind_swarm import Swarm, start_bootstrap
 from hivemind.utils import get_dht_time
 
-from ftis.node.swarm.directory import read_members
-from ftis.node.swarm.records import shard_of
+from ftis.node.swarm.dht.directory import read_members
+from ftis.node.swarm.dht.records import shard_of
 
 pytestmark = pytest.mark.hivemind
 

@@ -1,4 +1,4 @@
-"""Slots shared fairly across peers (``node/swarm/slots.py``): a total, a share per peer, and a freed slot
+"""Slots shared fairly across peers (``node/swarm/dht/slots.py``): a total, a share per peer, and a freed slot
 going to the waiting peer that holds the fewest.
 
 Run: python -m pytest tests/test_slots.py -q
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from ftis.node.swarm.slots import FairSlots
+from ftis.node.swarm.dht.slots import FairSlots
 
 
 def test_try_acquire_honours_the_total_and_the_share_of_one_peer():

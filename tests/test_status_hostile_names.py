@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ftis.node.records.display import TableDisplay, summary_line
 from ftis.node.records.metrics import report_record
-from ftis.node.swarm.directory import MembersReading
+from ftis.node.swarm.dht.directory import MembersReading
 from ftis.node.swarm.status import members_table
 from ftis.node.swarm.transport import member_of
 from ftis.protocol.announcement import Announcement

@@ -161,7 +161,7 @@ def test_a_peer_whose_right_answers_carry_a_payload_is_muted_and_an_honest_one_i
     # within a few batches although half its completions (the wrong ones) are ordinary; an honest peer of
     # another model, one right answer in twenty too surprising, never is
     from ftis.node.config import SwarmConfig
-    from ftis.node.swarm.reputation import Reputation, reputation_settings
+    from ftis.node.swarm.peers.reputation import Reputation, reputation_settings
 
     reputation = Reputation(reputation_settings(SwarmConfig()))
     muted_at = {}

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
 
-from ftis.node.swarm.inbox import InboxLimits
+from ftis.node.swarm.exchange.inbox import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.protocol import RolloutBatch, encode, read
@@ -128,7 +128,7 @@ def hivemind_bootstrap() -> Iterator[list[str]]:
     """One bootstrap DHT peer for every hivemind contract test (each test has a run of its own, so
     announcements of an earlier test's closed peers are not in its keys); yields its multiaddrs."""
     from ftis.node.config import SwarmConfig  # imports torch (~3 s): only when this implementation runs
-    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.dht.transport import start_dht
 
     scratch = Path(tempfile.mkdtemp(prefix="ftis-contract-"))
     try:
@@ -153,7 +153,7 @@ def hivemind_swarm(request: pytest.FixtureRequest, **sampling: int) -> Iterator[
     from hivemind.utils import get_dht_time
 
     from ftis.node.config import SwarmConfig
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
+    from ftis.node.swarm.dht.transport import HivemindTransport
 
     run_id = f"contract-{uuid.uuid4().hex[:12]}"
     config = SwarmConfig(**hivemind_settings(run_id), initial_peers=request.getfixturevalue("hivemind_bootstrap"),

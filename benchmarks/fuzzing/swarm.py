@@ -29,9 +29,9 @@ from hivemind.utils.timed_storage import ValueWithExpiration
 
 from benchmarks.fuzzing.inputs import ANNOUNCEMENT_MUTATIONS, T0, mutate, seed_announcement, seed_batch
 from benchmarks.fuzzing.oracle import Violation, check_announcement, check_batch, expect
-from ftis.node.swarm.directory import Directory
-from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
-from ftis.node.swarm.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected
+from ftis.node.swarm.dht.directory import Directory
+from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected
+from ftis.node.swarm.keys.identity import IdentityError, peer_id_of_owner
 from ftis.protocol import DecodeError, encode
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_BATCH_TOKENS, MAX_GROUPS, MAX_PAYLOAD_BYTES, MAX_ROUND

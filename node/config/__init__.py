@@ -16,8 +16,9 @@ Files:
                     ``loc.path: reason``) and ``validated``.
 
 ``examples/*.toml`` are parsed by the test suite, so they cannot rot. This package imports nothing of the node
-outside itself, only ``ftis.protocol`` (its limits, ``UserError``; docs/development.md, "Layers"): each package turns
-its section into the plain settings it takes (``swarm.inbox.inbox_limits``, ``trainer.loss_params.loss_params``, ...).
+outside itself, only ``ftis.protocol`` (its limits, ``UserError``; docs/development.md, "Layers"): each package
+turns its section into the plain settings it takes (``swarm.exchange.inbox.inbox_limits``,
+``trainer.loss_params.loss_params``, ...).
 """
 
 from ftis.node.config.arithmetic import (

@@ -158,7 +158,7 @@ class SwarmConfig(Section):
                                    description="Joining the DHT (an identity plus peers doubles it).")
     score_half_life_s: float = Field(
         1800.0, gt=0, le=MAX_SECONDS,
-        description="Peer scores (``swarm/reputation.py``): evidence about a peer (batches delivered, "
+        description="Peer scores (``swarm/peers/reputation.py``): evidence about a peer (batches delivered, "
         "refused, failed, divergence-filtered) loses half its weight in this time. Long, so that a burst of failed "
         "fetches on a flaky link is weighed against the peer's whole recent record."
     )

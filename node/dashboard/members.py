@@ -1,5 +1,5 @@
 """The run's members as the dashboard shows them: read from the DHT the way ``ftis-node status`` reads them
-(``swarm/directory.py``'s ``read_members``), again every ``refresh_s``, by a thread of its own.
+(``swarm/dht/directory.py``'s ``read_members``), again every ``refresh_s``, by a thread of its own.
 
     watch = MembersWatch(dht, run_id="ftis-local-demo", shards=4, refresh_s=5.0)
     watch.start()
@@ -19,7 +19,7 @@ from typing import Any
 import hivemind
 
 from ftis.node.printable import printable
-from ftis.node.swarm.directory import READER_SHARDS, MembersReading, read_members
+from ftis.node.swarm.dht.directory import READER_SHARDS, MembersReading, read_members
 from ftis.node.swarm.status import reached
 from ftis.node.swarm.transport import Member
 from ftis.protocol.limits import MAX_MULTIADDR_CHARS

@@ -1,5 +1,5 @@
 """One node's folder as the dashboard shows it: its ``metrics.jsonl`` as bounded series (``series.py``)
-and its latest view of its peers (``peers.json``, ``swarm/peer_view.py``).
+and its latest view of its peers (``peers.json``, ``swarm/peers/peer_view.py``).
 
     watch = NodeWatch(Path("runs/demo/x/small"), "small", points=400)
     watch.state()   # reads what the node appended since the last call; a JSON-ready dict
@@ -18,7 +18,7 @@ from ftis.node.dashboard.series import BoundedSeries, MetricsTail
 from ftis.node.printable import printable
 from ftis.node.records.peer_tables import kept_peers
 from ftis.node.records.record_kinds import is_evaluation, is_step
-from ftis.node.swarm.peer_view import PeerViewError, muted_now, read_peer_view
+from ftis.node.swarm.peers.peer_view import PeerViewError, muted_now, read_peer_view
 from ftis.node.trainer.step_figures import record_key
 
 METRICS_FILE = "metrics.jsonl"  # records/metrics.py's MetricsLog writes it into the node's folder

@@ -65,7 +65,7 @@ def open_dashboard(request: DashboardRequest) -> OpenDashboard:
     server = make_server(content, request.host, request.port, request.public)  # before joining: a refusal is at once
     if request.swarm is None:
         return OpenDashboard(server, lambda: None)
-    from ftis.node.swarm.hivemind_transport import start_dht
+    from ftis.node.swarm.dht.transport import start_dht
 
     scratch = Path(tempfile.mkdtemp(prefix="ftis-dashboard-"))
     try:

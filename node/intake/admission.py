@@ -2,7 +2,7 @@
 with bounds taken from this node's own settings.
 
 The inbox bounds what peers' batches take in memory while they are fetched, decoded and queued
-(``swarm/inbox.py``). From here on every group costs work per token: its ids decoded to text, its reward
+(``swarm/exchange/inbox.py``). From here on every group costs work per token: its ids decoded to text, its reward
 computed, another tokenizer's texts tokenized again, its forward and backward passes. ``Admission.admit`` looks
 at each group's lengths and counts (no work per token) and lets through only what this node could have asked for:
 

@@ -6,8 +6,8 @@ One flat record per step (``report_record``) is the single source of every outpu
   them; view with ``tensorboard --logdir DIR/tensorboard``);
 - the terminal (``display.py``): a live table, or one summary line per step off a terminal;
 - ``DIR/peers.json``: the node's tables of its peers (scores, mutes, rejections and use by peer), for at most
-  ``peer_tables.MAX_PEERS_KEPT`` peers (``swarm/peer_view.py``), replaced every step, for ``ftis-node status --node
-  DIR`` and the dashboard; ``metrics.jsonl`` holds their counts, so that its lines do not grow with the peers.
+  ``peer_tables.MAX_PEERS_KEPT`` peers (``swarm/peers/peer_view.py``), replaced every step, for ``ftis-node status
+  --node DIR`` and the dashboard; ``metrics.jsonl`` holds their counts, so that its lines do not grow with the peers.
 
 A figure is declared once: a round's as a field of ``RoundReport`` (``round_report.py``), the training
 step's as a field of ``StepFigures`` (``trainer/step_figures.py``); its record key, its TensorBoard tag and
@@ -34,7 +34,7 @@ from ftis.node.records.peer_tables import round_peer_view
 from ftis.node.records.round_report import RoundReport, SwarmFigures
 from ftis.node.records.utilisation import LoopLap
 from ftis.node.records.writer import BackgroundWriter
-from ftis.node.swarm.peer_view import write_peer_view
+from ftis.node.swarm.peers.peer_view import write_peer_view
 from ftis.node.swarm.transport import TransportStats
 
 Record = dict[str, Any]

@@ -1,7 +1,7 @@
 """The per-peer tables a round leaves (each peer's score and mute, its rejections by reason, how its groups were
-used), cut to the ``MAX_PEERS_KEPT`` peers that tell most, for ``DIR/peers.json`` (``swarm/peer_view.py``).
+used), cut to the ``MAX_PEERS_KEPT`` peers that tell most, for ``DIR/peers.json`` (``swarm/peers/peer_view.py``).
 
-A node keeps records of up to thousands of peers (``swarm/reputation.py``: 8,192 scores; the inbox and the intake:
+A node keeps records of up to thousands of peers (``swarm/peers/reputation.py``: 8,192 scores; the inbox and the intake:
 4,096 peers' rejections and uses), and a swarm of Sybils fills them; ``metrics.jsonl`` holds their counts only
 (``round_report.py``), and ``peers.json``, replaced every round, holds these tables for at most ``MAX_PEERS_KEPT``
 peers, with the count of those left out:
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ftis.node.records.round_report import RoundReport, rejections_by_peer
-from ftis.node.swarm.peer_view import PeerView
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.peer_view import PeerView
+from ftis.node.swarm.peers.reputation import PeerScore
 
 MAX_PEERS_KEPT = 1024  # peers.json: about 150 KB at most
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ftis.node.figures import figure
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_figures import RECORD_PREFIX, StepFigures
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ftis.node.errors import UserError
-from ftis.node.swarm.identity import check_identity_kept
+from ftis.node.swarm.keys.identity import check_identity_kept
 
 
 class FolderError(UserError, OSError):

@@ -120,8 +120,8 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
     generator = make_generator(config.generation.backend, policy, config.generation, seed=m.seed)
     if transport_factory is None:
         from ftis.node.intake.text_groups import usable_text_bytes
-        from ftis.node.swarm.hivemind_transport import HivemindTransport
-        from ftis.node.swarm.reachability import describe as describe_reachability
+        from ftis.node.swarm.dht.transport import HivemindTransport
+        from ftis.node.swarm.reach.reachability import describe as describe_reachability
 
         def transport_factory(fingerprint: str) -> Transport:
             transport = HivemindTransport(config.swarm, fingerprint,

@@ -3,7 +3,7 @@
 Muting is silent in the transport; a muted peer's batches are refused unfetched. A node whose peers all
 get muted trains on its own samples only, which looks like the swarm working. Most often that is right
 (a forger, a flood), but a small divergence threshold g filters an honest peer of another model too,
-and more than ~58% of its completions filtered mutes it (``swarm/reputation.py``). ``MuteWatch.check``
+and more than ~58% of its completions filtered mutes it (``swarm/peers/reputation.py``). ``MuteWatch.check``
 turns each new mute into one line that says which: the peer's refusals when it has some, else the
 divergence filter, with g and the settings that change it.
 """
@@ -11,8 +11,8 @@ divergence filter, with g and the settings that change it.
 from dataclasses import dataclass, field
 
 from ftis.node.printable import printable
-from ftis.node.swarm.inbox import PEER_FAULTS
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.exchange.inbox import PEER_FAULTS
+from ftis.node.swarm.peers.reputation import PeerScore
 
 
 @dataclass

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.p2pd_metrics import RelayCounters
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters
 from ftis.node.swarm.transport import Member
 
 logger = logging.getLogger(__name__)
@@ -57,9 +57,9 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
     started = time.monotonic() if started is None else started
     import hivemind  # the torch import inside it is most of the start-up
 
-    from ftis.node.swarm.directory import READER_SHARDS, read_members
-    from ftis.node.swarm.hivemind_transport import peer_id_of, start_dht
-    from ftis.node.swarm.p2pd_metrics import free_port, read_counters
+    from ftis.node.swarm.dht.directory import READER_SHARDS, read_members
+    from ftis.node.swarm.dht.transport import peer_id_of, start_dht
+    from ftis.node.swarm.reach.p2pd_metrics import free_port, read_counters
     from ftis.node.swarm.transport import SwarmError
 
     imported = time.monotonic()

@@ -11,9 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ftis.node.swarm.inbox import FETCH_FAILED, Inbox, InboxLimits
-from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.reputation import ReputationSettings
+from ftis.node.swarm.exchange.inbox import FETCH_FAILED, Inbox, InboxLimits
+from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.peers.reputation import ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, member_of
 from ftis.node.swarm.transport_base import TransportBase, open_fetched
 from ftis.protocol import DecodeError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ftis.node.config import SwarmConfig
 from ftis.node.printable import printable
-from ftis.node.swarm.inbox import TOKENIZER
-from ftis.node.swarm.peer_view import PeerView, muted_now
+from ftis.node.swarm.exchange.inbox import TOKENIZER
+from ftis.node.swarm.peers.peer_view import PeerView, muted_now
 from ftis.node.swarm.transport import Member, SwarmError
 
 READ_TIMEOUT_S = 60.0  # reading the run's announcements: a DHT that does not answer is an error
@@ -23,9 +23,9 @@ def swarm_status(config: SwarmConfig, *, node: Path | None = None, all_shards: b
     """``ftis-node status``: the run's members read by a light client with ``config`` (it announces nothing), as
     a table with the reading's summary, or JSON; ``node`` (a running node's folder) adds its score of each member
     and its mutes. ``SwarmError`` when the DHT does not answer within ``READ_TIMEOUT_S``."""
-    from ftis.node.swarm.directory import READER_SHARDS, read_members
-    from ftis.node.swarm.hivemind_transport import start_dht
-    from ftis.node.swarm.peer_view import read_peer_view
+    from ftis.node.swarm.dht.directory import READER_SHARDS, read_members
+    from ftis.node.swarm.dht.transport import start_dht
+    from ftis.node.swarm.peers.peer_view import read_peer_view
 
     view = read_peer_view(node) if node is not None else None  # before joining: a wrong folder fails at once
     scratch = Path(tempfile.mkdtemp(prefix="ftis-status-"))

@@ -1,6 +1,6 @@
 """The one small interface the node uses to reach the swarm, and what it hands back.
 
-Implementations: ``HivemindTransport`` (``hivemind_transport.py``, the real one: DHT announcements
+Implementations: ``HivemindTransport`` (``dht/transport.py``, the real one: DHT announcements
 and P2P streams) and ``MemoryTransport`` (``memory.py``, in one process, for tests and demos).
 Both apply the same receive policy (``inbox.py``) through the same base (``transport_base.py``) and pass
 the same contract tests.
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ftis.node.errors import UserError
-from ftis.node.swarm.p2pd_metrics import RelayCounters
-from ftis.node.swarm.peer_rounds import PeerRounds
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.exchange.peer_rounds import PeerRounds
+from ftis.node.swarm.peers.reputation import PeerScore
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
@@ -52,7 +52,7 @@ class TransportStats:
     delivered_batches: int = 0
     delivered_bytes: int = 0
     rejections: dict[tuple[str, str], int] = field(default_factory=dict)  # (peer id, reason) -> count
-    serves_turned_away: int = 0  # requests for our payloads refused for lack of a serving slot (swarm/slots.py)
+    serves_turned_away: int = 0  # requests for our payloads refused for lack of a serving slot (swarm/dht/slots.py)
     announce_failures: int = 0  # announcements no DHT peer stored, or that failed
     poll_failures: int = 0  # reads of the peers' announcements that failed
     reach: str = "unknown"  # how peers reach this node, as it announces it (protocol.limits.REACH_HOW)

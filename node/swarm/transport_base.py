@@ -1,7 +1,7 @@
 """What every transport does the same way with its inbox and outbox, written once.
 
 A transport is two halves. How announcements and payloads travel is its own: a hub in one process
-(``memory.py``), a DHT and P2P streams (``hivemind_transport.py``). What it does with them is not, and lives here:
+(``memory.py``), a DHT and P2P streams (``dht/transport.py``). What it does with them is not, and lives here:
 
 - ``TransportBase`` holds the node's ``Outbox`` (its recent batches and the announcement listing them) and its
   ``Inbox`` (the receive policy, the delivered batches, the peers' scores), and answers from them the part of
@@ -20,10 +20,10 @@ So every transport charges, counts and scores the same payloads the same way, an
 
 import logging
 
-from ftis.node.swarm.inbox import Inbox, Rejected
-from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.peer_rounds import PeerRounds
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.exchange.inbox import Inbox, Rejected
+from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.exchange.peer_rounds import PeerRounds
+from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor

@@ -76,7 +76,7 @@ class StepFigures:
     truncated_fraction: float = figure(combine="tokens", tag="is/truncated_fraction", shown=True, unit="fraction")
     divergence_mean: float = figure(combine="off_policy", tag="divergence/mean", shown=True)  # mean D_i, off-policy
     seconds: float = figure()  # wall time of the step
-    # by the groups' peer_id: evidence for the peers' scores (swarm/reputation.py)
+    # by the groups' peer_id: evidence for the peers' scores (swarm/peers/reputation.py)
     filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)
     # loss or gradient not finite, or the pass raised on peers' groups
     refused: bool = figure(False, tag="train/refused", every_step=True, shown=True)

@@ -36,7 +36,7 @@ def main() -> None:
 
     from ftis.node.config import SwarmConfig
     from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
+    from ftis.node.swarm.dht.transport import HivemindTransport
 
     config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                          poll_interval_s=0.5, announce_interval_s=1.0, announcement_ttl_s=args.ttl)

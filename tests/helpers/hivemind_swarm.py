@@ -20,7 +20,7 @@ import pytest
 from hivemind.utils import get_dht_time
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.hivemind_transport import HivemindTransport, start_dht
+from ftis.node.swarm.dht.transport import HivemindTransport, start_dht
 from ftis.node.swarm.transport import ReceivedBatch
 from ftis.protocol import RolloutBatch
 from helpers.swarm import TOKENIZER, ShiftedClock, make_batch

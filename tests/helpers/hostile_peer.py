@@ -45,7 +45,7 @@ from helpers.swarm import make_batch
 
 # (fetcher's peer id, reader, writer, the payload published under the requested round): answers one request
 Behaviour = Callable[[str, asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
-_HEADER = 8  # bytes of a round or a length on the stream (hivemind_stream.py)
+_HEADER = 8  # bytes of a round or a length on the stream (swarm/dht/stream.py)
 
 
 async def until_hung_up(reader: asyncio.StreamReader) -> None:

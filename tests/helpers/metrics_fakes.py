@@ -10,8 +10,8 @@ from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.evaluation.periodic_eval import eval_record
 from ftis.node.records.metrics import MetricsLog, report_record
 from ftis.node.records.round_report import RoundReport
-from ftis.node.swarm.peer_view import PeerView, write_peer_view
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.peer_view import PeerView, write_peer_view
+from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import TransportStats
 from ftis.node.trainer.step_figures import StepFigures
 

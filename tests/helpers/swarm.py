@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ftis.node.swarm.outbox import describe
+from ftis.node.swarm.exchange.outbox import describe
 from ftis.protocol import (
     Completion,
     Group,

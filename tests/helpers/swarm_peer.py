@@ -50,7 +50,7 @@ def main() -> None:
 
     from ftis.node.config import SwarmConfig
     from ftis.node.signals import Terminated, exit_on_sigterm
-    from ftis.node.swarm.hivemind_transport import HivemindTransport
+    from ftis.node.swarm.dht.transport import HivemindTransport
 
     config = SwarmConfig(run_id=args.run_id, initial_peers=[args.peer], host_maddrs=[f"/ip4/{args.host}/tcp/0"],
                          poll_interval_s=0.2, announce_interval_s=1.0, announcement_ttl_s=30.0,

@@ -20,8 +20,8 @@ import hivemind
 from hivemind.dht import DHTNode
 from hivemind.utils.mpfuture import MPFuture
 
-from ftis.node.swarm.identity import IdentityError, peer_id_of_owner
-from ftis.node.swarm.records import all_shard_keys, shard_key
+from ftis.node.swarm.dht.records import all_shard_keys, shard_key
+from ftis.node.swarm.keys.identity import IdentityError, peer_id_of_owner
 from ftis.node.swarm.transport import Member, member_of
 from ftis.protocol import DecodeError
 from ftis.protocol.announcement import Announcement, decode_announcement

@@ -23,7 +23,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis.node.atomic import write_atomic
 from ftis.node.errors import UserError
-from ftis.node.swarm.mounts import anonymous_volume
+from ftis.node.swarm.keys.mounts import anonymous_volume
 
 logger = logging.getLogger(__name__)
 _SHA256_MULTIHASH = bytes([0x12, 0x20])  # multihash prefix: sha2-256, 32 bytes

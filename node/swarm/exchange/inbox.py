@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.peer_rounds import PeerRounds, RoundBook
-from ftis.node.swarm.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
-from ftis.node.swarm.sampling import Offer, pick, rank_offers
-from ftis.node.swarm.seen import SeenSet
+from ftis.node.swarm.dht.sampling import Offer, pick, rank_offers
+from ftis.node.swarm.exchange.peer_rounds import PeerRounds, RoundBook
+from ftis.node.swarm.exchange.seen import SeenSet
+from ftis.node.swarm.peers.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor

@@ -1,5 +1,5 @@
-"""The stream exchange of a payload between a fetcher (``hivemind_fetch.py``) and the peer serving it
-(``hivemind_serve.py``), and what both sides hold to.
+"""The stream exchange of a payload between a fetcher (``fetch.py``) and the peer serving it
+(``serve.py``), and what both sides hold to.
 
 Handler ``<run prefix>.batch``: the fetcher sends the batch's round and the offset it wants the payload from
 (``HEADER`` bytes each, big-endian); the server answers with the payload's whole length (``HEADER`` bytes,

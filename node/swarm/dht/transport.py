@@ -6,13 +6,13 @@ its ``Inbox`` wants over a P2P stream from the peer that announced them; it serv
 fetch them. ``HivemindTransport`` starts a DHT peer and the loop its network work runs on, and puts together the
 parts that do that work, one concern each:
 
-- ``hivemind_announce.py``  ``Announcer``: this node's signed record, stored again each period and after a publish,
-                            and how peers reach this node (said in the record).
-- ``hivemind_fetch.py``     ``Fetcher``: the poller that reads the directory, and the fetches of peers' batches
-                            (deadlines, retries, streams resumed after a relay's cut).
-- ``hivemind_serve.py``     ``Server``: this node's payloads to the peers that fetch them, in fair slots.
-- ``hivemind_stream.py``    the stream exchange between the last two.
-- ``dht_calls.py``          calls into the DHT process under a deadline; a lost one is an ordinary failure.
+- ``announce.py``  ``Announcer``: this node's signed record, stored again each period and after a publish,
+                   and how peers reach this node (said in the record).
+- ``fetch.py``     ``Fetcher``: the poller that reads the directory, and the fetches of peers' batches
+                   (deadlines, retries, streams resumed after a relay's cut).
+- ``serve.py``     ``Server``: this node's payloads to the peers that fetch them, in fair slots.
+- ``stream.py``    the stream exchange between the last two.
+- ``calls.py``     calls into the DHT process under a deadline; a lost one is an ordinary failure.
 
 What it does with what arrives (the inbox: charges, counts, scores) is every transport's (``transport_base.py``);
 its ``stats`` add the network's own counts: failed announcements and polls, serves turned away, and the payload
@@ -41,18 +41,18 @@ import hivemind
 from hivemind.utils import get_dht_time
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht_calls import DHTCalls
-from ftis.node.swarm.hivemind_announce import Announcer
-from ftis.node.swarm.hivemind_fetch import Fetcher
-from ftis.node.swarm.hivemind_serve import Server
-from ftis.node.swarm.identity import IdentityError, ensure_identity, signing_key
-from ftis.node.swarm.inbox import Inbox, inbox_limits
-from ftis.node.swarm.listen_ports import check_listen_ports
-from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.p2pd_metrics import free_port
-from ftis.node.swarm.reachability import RelayAwareDHT, p2p_options, p2pd_flags
-from ftis.node.swarm.records import record_validators, run_prefix, shard_key, shard_of
-from ftis.node.swarm.reputation import reputation_settings
+from ftis.node.swarm.dht.announce import Announcer
+from ftis.node.swarm.dht.calls import DHTCalls
+from ftis.node.swarm.dht.fetch import Fetcher
+from ftis.node.swarm.dht.records import record_validators, run_prefix, shard_key, shard_of
+from ftis.node.swarm.dht.serve import Server
+from ftis.node.swarm.exchange.inbox import Inbox, inbox_limits
+from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.keys.identity import IdentityError, ensure_identity, signing_key
+from ftis.node.swarm.peers.reputation import reputation_settings
+from ftis.node.swarm.reach.listen_ports import check_listen_ports
+from ftis.node.swarm.reach.p2pd_metrics import free_port
+from ftis.node.swarm.reach.reachability import RelayAwareDHT, p2p_options, p2pd_flags
 from ftis.node.swarm.transport import Member, SwarmError, TransportStats
 from ftis.node.swarm.transport_base import TransportBase
 from ftis.protocol import RolloutBatch
@@ -97,7 +97,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
 
 def peer_id_of(dht: hivemind.DHT, timeout: float) -> str:
     """The DHT peer's id (base58), asked of its process within ``timeout`` s (``dht.peer_id`` waits without a limit,
-    and hivemind's process can lose a call: see ``dht_calls.py``)."""
+    and hivemind's process can lose a call: see ``calls.py``)."""
     return dht.run_coroutine(hivemind.DHT._get_peer_id, return_future=True).result(timeout).to_base58()
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ftis.node.atomic import write_atomic
 from ftis.node.errors import UserError
-from ftis.node.swarm.reputation import PeerScore
+from ftis.node.swarm.peers.reputation import PeerScore
 
 PEER_VIEW_FILE = "peers.json"
 

@@ -16,7 +16,7 @@ announcement still lists the batch, it is within the max age and the peer is not
 deadline per attempt and is asked again only after the backoff. A payload refused on its contents (too large,
 wrong hash, undecodable) is never asked for again.
 
-A download (``hivemind_stream.py``) refuses a length above the announced size before reading the body; the payload
+A download (``stream.py``) refuses a length above the announced size before reading the body; the payload
 is then checked, charged and decoded (``transport_base.open_fetched``) on the decoding thread the transport owns,
 one payload at a time: the loop never waits on a decode, and one batch's inflated columns at most are being built.
 A stream that ends early after delivering some bytes is followed by another from where it ended, within the same
@@ -36,15 +36,15 @@ import hivemind
 from hivemind.p2p import P2P, PeerID
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.circuits import Encoded, circuits_to_dial, maddr_bytes, relay_ids
-from ftis.node.swarm.dht_calls import DHTCalls
-from ftis.node.swarm.directory import Directory, read_shards
-from ftis.node.swarm.hivemind_stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
-from ftis.node.swarm.inbox import FETCH_FAILED, NOT_AS_ANNOUNCED, TOO_LARGE, Inbox, Rejected
-from ftis.node.swarm.reachability import relays_of
-from ftis.node.swarm.records import latest_expiration
-from ftis.node.swarm.sampling import Sampler, read_settings
-from ftis.node.swarm.slots import FairSlots
+from ftis.node.swarm.dht.calls import DHTCalls
+from ftis.node.swarm.dht.directory import Directory, read_shards
+from ftis.node.swarm.dht.records import latest_expiration
+from ftis.node.swarm.dht.sampling import Sampler, read_settings
+from ftis.node.swarm.dht.slots import FairSlots
+from ftis.node.swarm.dht.stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
+from ftis.node.swarm.exchange.inbox import FETCH_FAILED, NOT_AS_ANNOUNCED, TOO_LARGE, Inbox, Rejected
+from ftis.node.swarm.reach.circuits import Encoded, circuits_to_dial, maddr_bytes, relay_ids
+from ftis.node.swarm.reach.reachability import relays_of
 from ftis.node.swarm.transport import Member, member_of
 from ftis.node.swarm.transport_base import open_fetched, refuse
 from ftis.protocol.announcement import Announcement, BatchDescriptor

@@ -3,10 +3,10 @@
 A fetch is served only if a serving slot is free to the asker (``max_concurrent_serves`` in all, two per peer);
 else its stream is closed at once and the asker tries again later (``turned_away``). So a hundred streams opened
 by one identity hold two slots, not a hundred payloads. The payload is written in slices of the one copy the outbox
-keeps, each awaited, within the deadline a fetcher of it gives itself (``hivemind_stream.fetch_deadline``): a client
+keeps, each awaited, within the deadline a fetcher of it gives itself (``stream.fetch_deadline``): a client
 that never reads holds one slot for that long, never a copy.
 
-Runs on the transport's network loop, as the handler of the run's stream (``hivemind_stream.py``).
+Runs on the transport's network loop, as the handler of the run's stream (``stream.py``).
 """
 
 import asyncio
@@ -15,9 +15,9 @@ import logging
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.hivemind_stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
-from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.slots import FairSlots
+from ftis.node.swarm.dht.slots import FairSlots
+from ftis.node.swarm.dht.stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
+from ftis.node.swarm.exchange.outbox import Outbox
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from hivemind.p2p import P2P
 from hivemind.utils import get_dht_time
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht_calls import DHTCalls
-from ftis.node.swarm.outbox import Outbox
-from ftis.node.swarm.p2pd_metrics import RelayCounters, read_counters
-from ftis.node.swarm.reachability import own_reach, relays_of
+from ftis.node.swarm.dht.calls import DHTCalls
+from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters, read_counters
+from ftis.node.swarm.reach.reachability import own_reach, relays_of
 from ftis.protocol.announcement import Reach, encode_announcement
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import hivemind
 from hivemind.p2p import P2P
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.p2pd_metrics import RelayCounters, metrics_flag
+from ftis.node.swarm.reach.p2pd_metrics import RelayCounters, metrics_flag
 from ftis.protocol.announcement import Reach, relay_of
 from ftis.protocol.limits import MAX_MULTIADDR_CHARS, MAX_RELAY_ADDRS
 

@@ -1,0 +1,7 @@
+"""ftis.node.swarm.peers: what a node thinks of its peers.
+
+Files:
+- ``reputation.py``  per-peer scores from delivered, refused, failed and divergence-filtered batches, and mutes for
+                     the peers that score too low.
+- ``peer_view.py``   a node's scores of its peers in ``DIR/peers.json``, for ``status --node`` and the dashboard.
+"""
