@@ -85,7 +85,7 @@ def measure_latency(config, rounds: int, get_dht_time) -> LatencyResult:
     from benchmarks.swarm_common import synthetic_batch
     from ftis.node.swarm.dht.directory import read_shards
     from ftis.node.swarm.dht.transport import HivemindTransport
-    from ftis.node.swarm.exchange.inbox import open_payload
+    from ftis.node.swarm.exchange.payload import open_payload
     from ftis.protocol.announcement import encode_announcement
 
     publisher = HivemindTransport(config, "bench-tokenizer")
@@ -146,7 +146,7 @@ def measure_throughput(config, repeats: dict[int, int]) -> list[ThroughputResult
 
     from benchmarks.swarm_common import batch_of_size
     from ftis.node.swarm.dht.transport import HivemindTransport
-    from ftis.node.swarm.exchange.inbox import open_payload
+    from ftis.node.swarm.exchange.payload import open_payload
 
     publisher = HivemindTransport(config, "bench-tokenizer")
     fetcher = HivemindTransport(config, "bench-tokenizer")

@@ -33,7 +33,7 @@ from ftis.node.config import NodeConfig
 from ftis.node.intake.text_groups import usable_text_bytes
 from ftis.node.runner.join import build_node
 from ftis.node.runner.node import Node
-from ftis.node.swarm.exchange.inbox import inbox_limits
+from ftis.node.swarm.exchange.limits import inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import Problem
 from ftis.node.trainer.logprobs import output_layer

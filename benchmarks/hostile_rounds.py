@@ -28,7 +28,7 @@ import torch
 from ftis.node.config import NodeConfig
 from ftis.node.runner.join import build_node
 from ftis.node.runner.node import Node
-from ftis.node.swarm.exchange.inbox import inbox_limits
+from ftis.node.swarm.exchange.limits import inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol import Completion, Group, PolicyInfo, RolloutBatch, SamplingSettings, TaskRef, TokenizerInfo
 from ftis.protocol.limits import MAX_ROUND

@@ -99,7 +99,7 @@ def announced(transport, run_id: str, shards: int, peer_id: str) -> dict:
 
 def fetch_once(transport, peer_id: str, descriptor, timeout: float) -> float:
     """Seconds from the request to the decoded batch (raises what the fetch raised)."""
-    from ftis.node.swarm.exchange.inbox import open_payload
+    from ftis.node.swarm.exchange.payload import open_payload
 
     async def fetch() -> float:
         started = time.perf_counter()

@@ -22,7 +22,9 @@ import time
 import psutil
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.exchange.inbox import FETCH_FAILED, Inbox, inbox_limits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import inbox_limits
+from ftis.node.swarm.exchange.reasons import FETCH_FAILED
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 
 T0 = 1_700_000_000.0

@@ -18,7 +18,7 @@ from ftis.node.evaluation.evaluation import (
 from ftis.node.evaluation.periodic_eval import EvalSchedule
 from ftis.node.generation.hf import greedy
 from ftis.node.models import load_policy
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings, ArithmeticTask, GSM8KTask, Problem
 from ftis.node.tasks.base import PromptParts, check_index

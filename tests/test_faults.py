@@ -40,7 +40,7 @@ from helpers.hivemind_swarm import DEADLINE_S, Peer, Swarm, kill_tree, start_boo
 
 from ftis.node.runner.checkpoint_files import list_checkpoints, read_checkpoint
 from ftis.node.swarm.dht.directory import Directory, read_shards
-from ftis.node.swarm.exchange.inbox import FETCH_FAILED
+from ftis.node.swarm.exchange.reasons import FETCH_FAILED
 
 pytestmark = pytest.mark.hivemind
 

@@ -45,7 +45,7 @@ from hivemind.utils import get_dht_time
 from ftis.node.models.tokenizer import build_tokenizer, tokenizer_fingerprint
 from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.node import Node, NodeState
-from ftis.node.swarm.exchange.inbox import (
+from ftis.node.swarm.exchange.reasons import (
     BAD_ANNOUNCEMENT,
     DECODE_ERROR,
     FETCH_FAILED,

@@ -17,26 +17,23 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.swarm.exchange import inbox as inbox_module
-from ftis.node.swarm.exchange.inbox import (
+from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, OTHER_PEERS, Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
+from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.exchange.payload import Rejected, open_payload
+from ftis.node.swarm.exchange.reasons import (
     BUFFER_FULL,
     DECODE_ERROR,
     FETCH_FAILED,
     HASH_MISMATCH,
-    MAX_CLOCK_AHEAD_S,
     NOT_AS_ANNOUNCED,
-    OTHER_PEERS,
     OTHER_RUN,
     PEER_QUOTA,
     SLOW,
     STALE,
     TOO_LARGE,
-    Inbox,
-    InboxLimits,
-    Rejected,
-    open_payload,
 )
-from ftis.node.swarm.exchange.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
-from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.exchange.reasons import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
 from ftis.protocol import Group, encode, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor, decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES

@@ -15,7 +15,9 @@ from dataclasses import replace
 import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
-from ftis.node.swarm.exchange.inbox import AHEAD, PEER_QUOTA, STALE, Inbox, InboxLimits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
+from ftis.node.swarm.exchange.reasons import AHEAD, PEER_QUOTA, STALE
 from ftis.node.swarm.exchange.seen import SeenSet
 
 MAX_AGE = 60.0

@@ -11,7 +11,7 @@ signed announcement) belong with the hivemind tests.
 import pytest
 from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, make_batch, publish
 
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol.announcement import encode_announcement
 

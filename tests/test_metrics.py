@@ -17,7 +17,7 @@ from tensorboardX.record_writer import masked_crc32c
 from ftis.node.config import MetricsConfig, NodeConfig
 from ftis.node.records.metrics import MetricsLog, RunMetrics, TensorBoardLog, report_record, tensorboard_scalars
 from ftis.node.records.round_report import rejections_by_peer
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.trainer.step_figures import FIGURES, PeerFiltered, StepFigures, record_key
 

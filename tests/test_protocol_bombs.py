@@ -15,7 +15,10 @@ from helpers.msgpack_bombs import EMPTY_ARRAY, EMPTY_MAP, array_header, deep, in
 from helpers.swarm import T0, TOKENIZER, FakeClock
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.exchange.inbox import DECODE_ERROR, Inbox, Rejected, inbox_limits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import inbox_limits
+from ftis.node.swarm.exchange.payload import Rejected
+from ftis.node.swarm.exchange.reasons import DECODE_ERROR
 from ftis.protocol import DecodeError, decode, read
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_BYTES

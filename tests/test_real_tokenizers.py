@@ -31,7 +31,7 @@ from ftis.node.intake.scoring import decode_groups
 from ftis.node.models import export_policy, load_policy, tokenizer_fingerprint
 from ftis.node.runner.checkpoint_files import list_checkpoints, read_manifest
 from ftis.node.runner.join import build_node, run_node
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks.gsm8k import ANSWER_HINT
 from ftis.node.tasks.prompts import prompt_ids, renderings

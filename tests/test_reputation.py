@@ -11,7 +11,9 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.exchange.inbox import (
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
+from ftis.node.swarm.exchange.reasons import (
     BAD_ANNOUNCEMENT,
     BUFFER_FULL,
     DECODE_ERROR,
@@ -22,10 +24,8 @@ from ftis.node.swarm.exchange.inbox import (
     PEER_QUOTA,
     STALE,
     TOO_LARGE,
-    Inbox,
-    InboxLimits,
 )
-from ftis.node.swarm.exchange.inbox import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
+from ftis.node.swarm.exchange.reasons import TOKENIZER as TOKENIZER_REASON  # the reason, not the fingerprint
 from ftis.node.swarm.peers import reputation as reputation_module
 from ftis.node.swarm.peers.reputation import (
     FAILED_WEIGHT,

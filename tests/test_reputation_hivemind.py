@@ -20,7 +20,7 @@ from helpers.swarm import TOKENIZER
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
-from ftis.node.swarm.exchange.inbox import HASH_MISMATCH, MUTED
+from ftis.node.swarm.exchange.reasons import HASH_MISMATCH, MUTED
 from ftis.node.swarm.peers.peer_view import PeerView, write_peer_view
 
 pytestmark = pytest.mark.hivemind

@@ -14,7 +14,7 @@ from ftis.node.config import LossConfig, TrainerConfig
 from ftis.node.models import load_policy
 from ftis.node.records.display import summary_line
 from ftis.node.records.metrics import report_record
-from ftis.node.swarm.exchange.inbox import MUTED, NONFINITE
+from ftis.node.swarm.exchange.reasons import MUTED, NONFINITE
 from ftis.node.swarm.memory import MemoryHub
 from ftis.node.swarm.transport import Transport
 from ftis.node.trainer.groups import TrainingGroup

@@ -9,7 +9,7 @@ import pytest
 from helpers.nodes import LIMITS, build_node, make_node, node_config
 
 from ftis.node.intake.rounds_barrier import MAX_JUMP_ROUND, MISSED_ROUNDS_IGNORED, ON_TIME_ROUNDS
-from ftis.node.swarm.exchange.inbox import LATE_ROUND, MISSED_ROUND
+from ftis.node.swarm.exchange.reasons import LATE_ROUND, MISSED_ROUND
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.peers.reputation import FAILED_WEIGHT, MISSED_WEIGHT
 from ftis.protocol.announcement import Announcement, Reach, encode_announcement

@@ -12,7 +12,7 @@ from dataclasses import replace
 from helpers.nodes import LIMITS, build_node, make_node, node_config
 from helpers.swarm import ShiftedClock, make_batch
 
-from ftis.node.swarm.exchange.inbox import PEER_QUOTA, STALE
+from ftis.node.swarm.exchange.reasons import PEER_QUOTA, STALE
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.protocol.limits import MAX_ROUND
 

@@ -17,7 +17,8 @@ from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.dht.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers, read_settings
 from ftis.node.swarm.exchange import inbox as inbox_module
-from ftis.node.swarm.exchange.inbox import Inbox, InboxLimits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 
 LIMITS = InboxLimits(max_age_s=60.0, per_peer_quota=4, max_batches=16, max_bytes=1 << 20)

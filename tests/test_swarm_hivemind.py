@@ -38,7 +38,7 @@ from ftis.node.swarm.dht.directory import read_members
 from ftis.node.swarm.dht.fetch import retry_delay
 from ftis.node.swarm.dht.records import run_prefix, shard_key, shard_of
 from ftis.node.swarm.dht.transport import start_dht
-from ftis.node.swarm.exchange.inbox import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
+from ftis.node.swarm.exchange.reasons import BAD_ANNOUNCEMENT, FETCH_FAILED, HASH_MISMATCH, STALE, TOO_LARGE
 from ftis.protocol import encode
 from ftis.protocol.announcement import decode_announcement, encode_announcement
 from ftis.protocol.limits import MAX_ANNOUNCEMENT_BYTES

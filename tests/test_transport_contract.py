@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from helpers.swarm import RUN_ID, TOKENIZER, FakeClock, ShiftedClock, make_batch
 
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.protocol import RolloutBatch, encode, read

@@ -13,7 +13,7 @@ import torch
 from ftis.node.config import NodeConfig
 from ftis.node.models import load_policy
 from ftis.node.runner.join import build_node
-from ftis.node.swarm.exchange.inbox import InboxLimits
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.tasks import ArithmeticSettings
 from ftis.node.warmup import WarmupCacheError, WarmupPlan, WarmupSpec, cache, cache_key, cache_root, warm_start

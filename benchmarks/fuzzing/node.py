@@ -46,7 +46,7 @@ from ftis.node.intake.text_groups import usable_text_bytes
 from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.helper_threads import HelperThreads
 from ftis.node.runner.join import build_node
-from ftis.node.swarm.exchange.inbox import inbox_limits
+from ftis.node.swarm.exchange.limits import inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.trainer.logprobs import output_layer
 from ftis.protocol import Group

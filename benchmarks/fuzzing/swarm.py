@@ -30,7 +30,9 @@ from hivemind.utils.timed_storage import ValueWithExpiration
 from benchmarks.fuzzing.inputs import ANNOUNCEMENT_MUTATIONS, T0, mutate, seed_announcement, seed_batch
 from benchmarks.fuzzing.oracle import Violation, check_announcement, check_batch, expect
 from ftis.node.swarm.dht.directory import Directory
-from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, Inbox, InboxLimits, Rejected
+from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
+from ftis.node.swarm.exchange.payload import Rejected
 from ftis.node.swarm.keys.identity import IdentityError, peer_id_of_owner
 from ftis.protocol import DecodeError, encode
 from ftis.protocol.announcement import BatchDescriptor, decode_announcement, encode_announcement

@@ -26,7 +26,7 @@ from typing import Protocol, TypeVar
 from ftis.node.config import SwarmConfig
 from ftis.node.records.round_report import RoundReport
 from ftis.node.runner.node import Node
-from ftis.node.swarm.exchange.inbox import InboxLimits, inbox_limits
+from ftis.node.swarm.exchange.limits import InboxLimits, inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.peers.reputation import ReputationSettings, reputation_settings
 from ftis.protocol import RolloutBatch

@@ -32,7 +32,8 @@ from ftis.node.intake.peer_selection import DatedGroup
 from ftis.node.intake.rounds_barrier import RoundsBarrier
 from ftis.node.intake.scoring import Texts, batch_key, score_batch
 from ftis.node.intake.text_groups import Retokenizer
-from ftis.node.swarm.exchange.inbox import MAX_PEERS_TRACKED, NONFINITE, PROMPT_MISMATCH, SCORING_FAILED, TOO_LONG
+from ftis.node.swarm.exchange.inbox import MAX_PEERS_TRACKED
+from ftis.node.swarm.exchange.reasons import NONFINITE, PROMPT_MISMATCH, SCORING_FAILED, TOO_LONG
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.node.tasks import Task
 from ftis.node.tasks.prompts import Prompter

@@ -11,7 +11,7 @@ divergence filter, with g and the settings that change it.
 from dataclasses import dataclass, field
 
 from ftis.node.printable import printable
-from ftis.node.swarm.exchange.inbox import PEER_FAULTS
+from ftis.node.swarm.exchange.reasons import PEER_FAULTS
 from ftis.node.swarm.peers.reputation import PeerScore
 
 

@@ -11,8 +11,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ftis.node.swarm.exchange.inbox import FETCH_FAILED, Inbox, InboxLimits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.exchange.reasons import FETCH_FAILED
 from ftis.node.swarm.peers.reputation import ReputationSettings
 from ftis.node.swarm.transport import Member, ReceivedBatch, member_of
 from ftis.node.swarm.transport_base import TransportBase, open_fetched

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ftis.node.config import SwarmConfig
 from ftis.node.printable import printable
-from ftis.node.swarm.exchange.inbox import TOKENIZER
+from ftis.node.swarm.exchange.reasons import TOKENIZER
 from ftis.node.swarm.peers.peer_view import PeerView, muted_now
 from ftis.node.swarm.transport import Member, SwarmError
 

@@ -20,8 +20,9 @@ So every transport charges, counts and scores the same payloads the same way, an
 
 import logging
 
-from ftis.node.swarm.exchange.inbox import Inbox, Rejected
+from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.outbox import Outbox
+from ftis.node.swarm.exchange.payload import Rejected
 from ftis.node.swarm.exchange.peer_rounds import PeerRounds
 from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of

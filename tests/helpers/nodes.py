@@ -8,7 +8,7 @@ from ftis.node.config import NodeConfig
 from ftis.node.generation import make_generator
 from ftis.node.models import load_policy
 from ftis.node.runner.node import Node
-from ftis.node.swarm.exchange.inbox import InboxLimits, inbox_limits
+from ftis.node.swarm.exchange.limits import InboxLimits, inbox_limits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem

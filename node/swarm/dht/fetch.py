@@ -42,7 +42,9 @@ from ftis.node.swarm.dht.records import latest_expiration
 from ftis.node.swarm.dht.sampling import Sampler, read_settings
 from ftis.node.swarm.dht.slots import FairSlots
 from ftis.node.swarm.dht.stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
-from ftis.node.swarm.exchange.inbox import FETCH_FAILED, NOT_AS_ANNOUNCED, TOO_LARGE, Inbox, Rejected
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.payload import Rejected
+from ftis.node.swarm.exchange.reasons import FETCH_FAILED, NOT_AS_ANNOUNCED, TOO_LARGE
 from ftis.node.swarm.reach.circuits import Encoded, circuits_to_dial, maddr_bytes, relay_ids
 from ftis.node.swarm.reach.reachability import relays_of
 from ftis.node.swarm.transport import Member, member_of

@@ -46,7 +46,8 @@ from ftis.node.swarm.dht.calls import DHTCalls
 from ftis.node.swarm.dht.fetch import Fetcher
 from ftis.node.swarm.dht.records import record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.dht.serve import Server
-from ftis.node.swarm.exchange.inbox import Inbox, inbox_limits
+from ftis.node.swarm.exchange.inbox import Inbox
+from ftis.node.swarm.exchange.limits import inbox_limits
 from ftis.node.swarm.exchange.outbox import Outbox
 from ftis.node.swarm.keys.identity import IdentityError, ensure_identity, signing_key
 from ftis.node.swarm.peers.reputation import reputation_settings

@@ -4,6 +4,9 @@ and this node's own batches.
 Files:
 - ``inbox.py``        the receive policy (age, run, tokenizer, quotas, once only) and the check of a fetched payload
                       against its announcement.
+- ``limits.py``       ``InboxLimits``: what a node fetches and holds of its peers' batches, from ``[swarm]``.
+- ``reasons.py``      why a batch was refused or counted against its peer (``PEER_FAULTS``, ``WAITING``).
+- ``payload.py``      a fetched payload checked against its announcement (size, SHA-256) and opened.
 - ``seen.py``         the inbox's seen set: each (peer, round) answered once, bounded, pruned in order.
 - ``peer_rounds.py``  each peer's newest round delivered and announced (rounds mode).
 - ``outbox.py``       this node's recent encoded batches and the announcement listing them.

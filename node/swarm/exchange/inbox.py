@@ -34,55 +34,37 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.dht.sampling import Offer, pick, rank_offers
+from ftis.node.swarm.exchange.limits import InboxLimits
+from ftis.node.swarm.exchange.payload import Rejected, check_payload
 from ftis.node.swarm.exchange.peer_rounds import PeerRounds, RoundBook
+from ftis.node.swarm.exchange.reasons import (
+    AHEAD,
+    BAD_ANNOUNCEMENT,
+    BUFFER_FULL,
+    DECODE_ERROR,
+    FETCH_FAILED,
+    LATE_ROUND,
+    MISSED_ROUND,
+    MUTED,
+    NOT_AS_ANNOUNCED,
+    OTHER_RUN,
+    PEER_FAULTS,
+    PEER_QUOTA,
+    SLOW,
+    STALE,
+    TOKENIZER,
+    TOO_LARGE,
+    WAITING,
+)
 from ftis.node.swarm.exchange.seen import SeenSet
 from ftis.node.swarm.peers.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, read
 from ftis.protocol.announcement import Announcement, BatchDescriptor
 from ftis.protocol.limits import MAX_ANNOUNCED_BATCHES, MAX_CLOCK_AHEAD_S
-
-# Rejection reasons, as counted in TransportStats.rejections.
-STALE = "stale"  # created before now - max_age (or dated more than MAX_CLOCK_AHEAD_S ahead of now)
-OTHER_RUN = "other_run"
-TOKENIZER = "tokenizer"  # another tokenizer fingerprint, where the node skips those (``other_tokenizers``)
-PEER_QUOTA = "peer_quota"  # the peer already has its quota of batches in flight or queued
-BUFFER_FULL = "buffer_full"
-TOO_LARGE = "too_large"  # announced or sent more bytes than allowed
-FETCH_FAILED = "fetch_failed"  # unreachable, stalled past the deadline, or closed the stream early
-HASH_MISMATCH = "hash_mismatch"
-DECODE_ERROR = "decode_error"
-NOT_AS_ANNOUNCED = "not_as_announced"  # decoded fine, but not the batch announced: peer, run, round, tokenizer,
-# creation time, groups, tokens or policy version differ
-BAD_ANNOUNCEMENT = "bad_announcement"  # undecodable, or signed by another key than its peer id's
-# Found by the node once a delivered batch is scored (``report_fault``): a group names one of the node's
-# problems in front of a prompt that is not that problem's.
-PROMPT_MISMATCH = "prompt_mismatch"
-NONFINITE = "nonfinite"  # ...or its groups alone made the step's loss or gradient not finite, or made it raise (the
-# step was refused)
-# ...or a group holds a completion longer than this node samples itself (``generation.max_new_tokens``): never
-# trained on, whatever it costs its peer to send (``intake/admission.py``), once a batch
-TOO_LONG = "too_long"
-SCORING_FAILED = "scoring_failed"  # ...or scoring or rebuilding one of its groups raised: that group is unusable
-# Rounds mode: a live peer the node waited for had delivered no batch of the round by the deadline. Counted
-# against it at full weight (``reputation.MISSED_WEIGHT``: it held the node's round up to the deadline)...
-MISSED_ROUND = "missed_round"
-# ...or, where it had been on time for several rounds in a row before (``rounds_barrier.ON_TIME_ROUNDS``), at the
-# weight of a failed fetch: a slow link, once, may be to blame.
-LATE_ROUND = "late_round"
-# Rounds mode: a batch more rounds ahead of the node's than it fetches (``set_round``); asked about again later.
-AHEAD = "ahead"
-
-# Peers' clocks differ by seconds (MAX_CLOCK_AHEAD_S, protocol/limits.py). A batch dated further ahead would
-# stay "fresh" and in the seen set for as long as its date says: refused, so memory stays bounded.
-# Delivered, but in the second half of its fetch deadline: counted with the refusals, though the batch was kept,
-# and partly as a failed fetch (a slow peer holds a fetch slot others wait for).
-SLOW = "slow"
-MUTED = "muted"  # the peer's score fell below swarm.mute_below (reputation.py): not fetched until the mute ends
 
 # Per-peer tables are capped (a swarm of thousands, Sybils that come and go): the bad-announcement digests, the
 # forgotten dates, the peers' rounds and the rejection counts keep the newest this many peers.
@@ -93,37 +75,6 @@ MAX_SEEN = MAX_ANNOUNCED_BATCHES * MAX_PEERS_TRACKED
 # The rejections of peers dropped from the by-peer counts, summed under this name: the counts by reason stay whole.
 OTHER_PEERS = "(other peers)"
 
-# Refusals for what the peer sent: evidence against it. FETCH_FAILED counts too, at a lower weight (the
-# network may be at fault); the other reasons say nothing about the peer.
-PEER_FAULTS = frozenset({TOO_LARGE, HASH_MISMATCH, DECODE_ERROR, NOT_AS_ANNOUNCED, BAD_ANNOUNCEMENT, PROMPT_MISMATCH,
-                         NONFINITE, TOO_LONG, SCORING_FAILED})
-# Refusals for now: asked about again at each poll, counted once.
-WAITING = frozenset({PEER_QUOTA, BUFFER_FULL, AHEAD})
-
-
-@dataclass(frozen=True)
-class InboxLimits:
-    max_age_s: float  # batches created longer ago are not fetched
-    per_peer_quota: int  # batches of one peer in flight or queued
-    max_batches: int  # batches in flight or queued, all peers
-    max_bytes: int  # what they take in memory: in flight, the announced size; fetched, what decoding takes
-    other_tokenizers: bool = True  # fetch batches of another tokenizer (their texts are trained on per sequence)
-    # The longest completion text this node could train on, in UTF-8 bytes (``text_groups.usable_text_bytes``): a
-    # batch of another tokenizer with a longer one is refused before its texts are inflated. None: the protocol's
-    # bound alone (64 bytes a token).
-    max_text_bytes: int | None = None
-    poll_interval_s: float = 1.0  # how often the transport reads the announcements (``swarm.poll_interval_s``)
-
-    @property
-    def seen_per_peer(self) -> int:
-        """The seen entries kept of one peer: as many batches as it can list at every poll for max_age_s."""
-        return MAX_ANNOUNCED_BATCHES * max(1, math.ceil(self.max_age_s / self.poll_interval_s))
-
-
-def inbox_limits(swarm: SwarmConfig) -> InboxLimits:
-    """What a node fetches and holds of its peers' batches, from ``[swarm]``."""
-    return InboxLimits(swarm.max_age_s, swarm.per_peer_quota, swarm.max_buffered_batches, swarm.max_buffered_bytes,
-                       other_tokenizers=swarm.other_tokenizers == "sequence", poll_interval_s=swarm.poll_interval_s)
 
 
 class Inbox:
@@ -437,30 +388,3 @@ class Inbox:
             dropped, its_reasons = self._rejected.popitem(last=False)
             for why in its_reasons:
                 rejections[(OTHER_PEERS, why)] = rejections.get((OTHER_PEERS, why), 0) + rejections.pop((dropped, why))
-
-
-class Rejected(Exception):
-    """A fetched payload refused for ``reason`` (one of the reasons above)."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-
-
-def check_payload(descriptor: BatchDescriptor, data: bytes) -> None:
-    """``Rejected`` unless the payload is exactly the announced one's bytes: its size and SHA-256."""
-    if len(data) != descriptor.bytes:
-        raise Rejected(TOO_LARGE if len(data) > descriptor.bytes else FETCH_FAILED,
-                       f"{len(data)} bytes, {descriptor.bytes} announced")
-    if hashlib.sha256(data).digest() != descriptor.sha256:
-        raise Rejected(HASH_MISMATCH, "the payload's SHA-256 differs from the signed announcement's")
-
-
-def open_payload(descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
-    """The batch in a payload, if it is exactly the announced one: size, hash, strict decode, every column
-    inflated (what a benchmark or a tool opens; a transport opens through ``Inbox.open``, which bounds memory)."""
-    check_payload(descriptor, data)
-    try:
-        return read(data).inflate()
-    except DecodeError as error:
-        raise Rejected(DECODE_ERROR, str(error)) from None
