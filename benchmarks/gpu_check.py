@@ -16,7 +16,7 @@ Each part (full fine-tuning, then LoRA) runs in a process of its own (one vLLM e
    start). It starts from an export of the model in a temporary folder.
 3. Log-prob agreement: P prompts × G samples at T = 1, at T = 0.7, and at T = 1 with top-p 0.9; every
    sampler log-prob against the trainer's teacher-forced recompute (``completion_logprobs``: logits / T;
-   with top-p, also the processed distribution ``hf.processed_logprobs``), max and mean |difference|.
+   with top-p, also the processed distribution ``draws.processed_logprobs``), max and mean |difference|.
    Passes when the mean is ≤ 0.1 and the max ≤ 2 (bf16 engine against a bf16 trainer: kernels differ; see
    TOLERANCES for what was measured), and when the recompute the sampler claims to match (scaled by T; with
    top-p, renormalised) is closer than the one it does not (unscaled; not renormalised): vLLM's default raw
@@ -129,7 +129,7 @@ def logprob_gap(model, groups, sampling=None, max_tokens: int = 4096) -> tuple[f
     trainer's logits differ at the mask's edge); the max and mean are over the other tokens."""
     import torch
 
-    from ftis.node.generation.hf import processed_logprobs
+    from ftis.node.generation.draws import processed_logprobs
     from ftis.node.trainer.groups import advantage_groups
     from ftis.node.trainer.logprobs import completion_logprobs
     from ftis.node.trainer.packing import micro_batches, pack

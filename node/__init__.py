@@ -1,7 +1,7 @@
 """ftis.node: everything a node runs besides the wire format.
 
 Files:
-- ``cli.py``     the ``ftis-node`` command line (thin: parse, build config, call one function).
+- ``cli/``       the ``ftis-node`` command line (thin: parse options into a request, call one function).
 - ``config/``    the typed config tree (pydantic, ``extra="forbid"``), each setting documented once.
 - ``signals.py`` SIGTERM raised as ``Terminated`` so commands stop like on Ctrl-C.
 - ``errors.py``  ``UserError``, the base of every error a user or a peer can cause, and the CLI's exit codes.

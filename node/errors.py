@@ -12,7 +12,7 @@ ValueError`` still catches it; a subclass of one (``NotAModelError``) needs noth
 class chooses: ``UserError`` among its bases, or the short list of internal errors in
 ``tests/test_errors.py``.
 
-The command line (``node/cli.py``, ``_reported``, around every command) prints ``error: <message>``
+The command line (``node/cli/base.py``, ``reported``, around every command) prints ``error: <message>``
 on standard error and exits with the error's ``exit_code``: ``USAGE`` for a command given something
 it cannot use (an option, a config or grid file), ``FAILURE`` (the default) for one that failed on
 what it was given. A one-off message with no class of its own is raised as ``UserError`` (or ``UsageError``)

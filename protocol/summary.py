@@ -1,11 +1,31 @@
-"""A printable summary of a decoded batch: what ``ftis-node inspect`` shows."""
+"""What ``ftis-node inspect`` shows: a saved batch read within a memory bound, and a printable summary of it."""
 
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
+from ftis.protocol.decode import read
+from ftis.protocol.errors import DecodeError, UserError
+from ftis.protocol.limits import MAX_PAYLOAD_BYTES
 from ftis.protocol.schema import RolloutBatch
+
+
+def read_batch_file(file: Path, max_memory_mb: float) -> tuple[RolloutBatch, int]:
+    """The batch saved in ``file`` and its size in bytes. ``DecodeError`` for a file that is no valid batch (one
+    over the payload limit refused before it is read); ``UserError`` for a valid one whose columns would take more
+    than ``max_memory_mb`` to inflate (weighed before a byte is inflated); ``OSError`` for a file not read."""
+    size = file.stat().st_size
+    if size > MAX_PAYLOAD_BYTES:
+        raise DecodeError("payload", f"{size} bytes is over the {MAX_PAYLOAD_BYTES}-byte limit")
+    data = file.read_bytes()
+    compressed = read(data)
+    cost_mb = compressed.cost() / 2**20
+    if cost_mb > max_memory_mb:
+        raise UserError(f"{file} is a valid batch whose columns take up to {cost_mb:,.0f} MB to inflate, "
+                        f"over --max-memory-mb {max_memory_mb:g}; raise it to read the batch anyway")
+    return compressed.inflate(), len(data)
 
 
 def summarize(batch: RolloutBatch, payload_bytes: int) -> list[tuple[str, str]]:

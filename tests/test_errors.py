@@ -41,7 +41,7 @@ INTERNAL = {
     # hivemind's process dropped a DHT call: counted and retried by the announcer and the poller
     "ftis.node.swarm.dht.calls.DHTCallLost",
     # a peer's payload refused for a reason: caught and counted by the transport, never raised to a command
-    "ftis.node.swarm.exchange.inbox.Rejected",
+    "ftis.node.swarm.exchange.payload.Rejected",
     # a dashboard request's head too slow or too large: answered 408 or 431 by the server, never raised further
     "ftis.node.dashboard.heads.HeadRefused",
     # flow: the step's scoring time ran out mid-group; the scorer catches it and leaves the rest unscored

@@ -31,8 +31,9 @@ from helpers.real_vllm import open_engine, real_vllm_runs_here
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from ftis.node.generation import GENERATORS, FakeGenerator, GeneratedCompletion, Generator, make_generator
+from ftis.node.generation.draws import processed_logprobs
 from ftis.node.generation.fake import _processed_logprobs as fake_processed_logprobs
-from ftis.node.generation.hf import TransformersGenerator, greedy, processed_logprobs
+from ftis.node.generation.hf import TransformersGenerator, greedy
 from ftis.node.generation.types import stop_token_ids
 from ftis.node.trainer.groups import TrainingGroup
 from ftis.node.trainer.logprobs import completion_logprobs
@@ -617,13 +618,13 @@ def test_each_distinct_prompt_is_prefilled_once(model):
 def test_the_two_step_draw_gives_each_token_its_share_and_its_log_prob(monkeypatch, block):
     # A vocabulary larger than the draw's block: a block by the blocks' sums, then a token within it. The mass sits
     # in several blocks, the short last one included, with masked tokens (top-k) and a temperature.
-    import ftis.node.generation.hf as hf
+    import ftis.node.generation.draws as draws
 
-    monkeypatch.setattr(hf, "DRAW_BLOCK", block)
+    monkeypatch.setattr(draws, "DRAW_BLOCK", block)
     logits = torch.tensor([0.0, 2.0, 1.5, -9.0, 1.0, 0.5, -1.0, -3.0, 0.2, 1.8])  # 10 words: blocks of 4, 4 and 2
     sampling = SamplingSettings(0.8, 1.0, 7, 1)
     n = 40_000
-    tokens, logprobs = hf.sampling_pick(sampling, torch.Generator().manual_seed(0))(logits.repeat(n, 1))
+    tokens, logprobs = draws.sampling_pick(sampling, torch.Generator().manual_seed(0))(logits.repeat(n, 1))
     expected = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
     frequencies = np.bincount(tokens.numpy(), minlength=len(logits)) / n
     p = expected.exp().numpy()

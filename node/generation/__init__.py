@@ -6,9 +6,9 @@ Files:
 - ``factory.py`` ``GENERATORS`` / ``make_generator``: the one table that names the backends, and the one way
                 to build a generator (from a ``Policy`` and the ``[generation]`` settings).
 - ``hf.py``     the transformers backend: ``TransformersGenerator`` (a batched, left-padded sampling
-                loop with a KV cache), ``processed_logprobs`` (the distribution a token is drawn from:
-                logits / T, top-k, top-p — the trainer's recompute uses it too), and ``greedy``
-                (argmax decoding for evaluation).
+                loop with a KV cache) and ``greedy`` (argmax decoding for evaluation).
+- ``draws.py``  ``processed_logprobs`` (the distribution a token is drawn from: logits / T, top-k, top-p — the
+                trainer's recompute uses it too) and the draw from it with the drawn token's log-prob.
 - ``vllm_backend.py`` ``VllmGenerator``: the vLLM backend (needs the ``[vllm]`` extra and a GPU): requests, reading
                 vLLM's outputs (per-token processed log-probs), the weight sync's bookkeeping and its stats.
 - ``vllm_engine.py``  starting the engine: the vLLM version required, in-process mode, ``logprobs_mode``, the

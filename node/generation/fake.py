@@ -23,7 +23,7 @@ from ftis.protocol import SamplingSettings
 
 
 def _processed_logprobs(logits: np.ndarray, sampling: SamplingSettings) -> np.ndarray:
-    """(V,) float64: the NumPy twin of ``hf.processed_logprobs`` for one distribution."""
+    """(V,) float64: the NumPy twin of ``draws.processed_logprobs`` for one distribution."""
     scores = logits / sampling.temperature
     if 0 < sampling.top_k < scores.size:
         scores = np.where(scores < np.sort(scores)[-sampling.top_k], -np.inf, scores)

@@ -3,7 +3,7 @@
 A generator turns P prompts (token id arrays) into P groups of G completions and records, for every
 sampled token, its ``sampler_logprobs`` (docs/loss.md): the log-prob under the distribution the token
 was actually drawn from — logits / T, then the top-k and top-p masks, renormalised (π_gen,
-``hf.processed_logprobs``). The trainer's π_θ is the model at the temperature alone; the ratio of the two
+``draws.processed_logprobs``). The trainer's π_θ is the model at the temperature alone; the ratio of the two
 is the IS weight (docs/loss.md), 1 for a node's own fresh samples only when top-k and top-p are off.
 
 The sampling settings are the protocol's ``SamplingSettings``: the ones a batch carries on the wire

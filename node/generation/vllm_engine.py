@@ -6,7 +6,7 @@
 model's logits before temperature, top-k and top-p. Those are the sampler's only at T = 1 with no
 truncation. The engine option ``logprobs_mode="processed_logprobs"`` makes it return log_softmax of the
 logits it actually sampled from: after temperature and the top-k / top-p masks (masked tokens at -inf,
-the rest renormalised), in float32 — exactly ``hf.processed_logprobs``, the docs/loss.md definition of
+the rest renormalised), in float32 — exactly ``draws.processed_logprobs``, the docs/loss.md definition of
 ``sampler_logprobs``. The option exists from vLLM 0.10.2 (0.10.0 and 0.10.1 knew only the raw modes), in
 both of its samplers (the V1 ``TopKTopPSampler`` and Model Runner V2's); with it vLLM bypasses the
 FlashInfer sampling kernel, which cannot return processed log-probs, for the PyTorch one. So vLLM older

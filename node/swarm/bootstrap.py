@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from ftis.node.config import SwarmConfig
+from ftis.node.config import ConfigError, SwarmConfig, read_toml, validated
 from ftis.node.swarm.reach.p2pd_metrics import RelayCounters
 from ftis.node.swarm.transport import Member
 
@@ -48,6 +48,19 @@ def builtin_warning(held: int, relay_service: bool) -> str:
             f"{'s announce' if held != 1 else ' announces'} a slot on this relay and its bounded service gave none. "
             f"Its bounds are {BUILTIN_RELAY}, whatever {bounds}; which relay answers is decided when p2pd starts "
             "(docs/nat.md)")
+
+
+def bootstrap_config(config_file: Path | None, **given: object) -> SwarmConfig:
+    """A bootstrap's ``[swarm]`` settings: reachability public and a relay offered, then the ``[swarm]`` table of
+    ``config_file`` (the only table it may hold), then the options ``given`` (None: not given). ``ConfigError``
+    for another table or a value that does not validate."""
+    table = read_toml(config_file) if config_file is not None else {}
+    unknown = sorted(set(table) - {"swarm"})
+    if unknown or not isinstance(table.get("swarm", {}), dict):
+        raise ConfigError(f"{config_file}: a bootstrap reads only a [swarm] table (found {unknown or 'swarm'})")
+    options = {key: value for key, value in given.items() if value is not None}
+    return validated(SwarmConfig, {"relay_service": True, **table.get("swarm", {}), "reachability": "public",
+                                   **options})
 
 
 def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[str], None],

@@ -9,7 +9,7 @@ are off (tests/test_generation.py checks that too).
 import numpy as np
 import torch
 
-from ftis.node.generation.hf import processed_logprobs
+from ftis.node.generation.draws import processed_logprobs
 
 
 def recompute_gap(model, prompts, groups, sampling) -> float:
