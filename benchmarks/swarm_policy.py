@@ -8,8 +8,8 @@ with hostile peers (about 10 minutes on one core, most of it the 10,000).
 
 Pure Python, no network: every peer is a node of this simulation, and its reads and fetch choices are made
 by the node's own code, imported, not copied: ``sampling.read_settings`` (the settings, validated),
-``sampling.Sampler`` (which shards a poll reads, what the last polls returned), ``sampling.rank_offers`` and
-``sampling.pick`` (the fetch budget: freshest first, better-scored first, random among equals, one batch per
+``sampling.Sampler`` (which shards a poll reads, what the last polls returned), ``budget.rank_offers`` and
+``budget.pick`` (the fetch budget: freshest first, better-scored first, random among equals, one batch per
 peer) and, with hostile peers, ``reputation.Reputation`` (scores and mutes). What the simulation supplies is
 the world: shards (hash of the peer, mod S), records that become readable ``STORE_DELAY_S`` after a publish,
 fetches that succeed at once or fail (a departed or hostile peer), a trainer step that takes what was
@@ -52,7 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht.sampling import Offer, Sampler, pick, rank_offers, read_settings
+from ftis.node.swarm.dht.sampling import Sampler, read_settings
+from ftis.node.swarm.exchange.budget import Offer, pick, rank_offers
 from ftis.node.swarm.peers.reputation import Reputation, reputation_settings
 
 POLL_S = 1.0  # swarm.poll_interval_s

@@ -178,10 +178,11 @@ def test_relay_fetch_benchmark_says_why_it_cannot_build_namespaces(benchmarks, m
 def test_swarm_policy_quick_drives_the_nodes_own_sampling_and_meets_its_goals(benchmarks, capsys):
     policy = benchmarks("swarm_policy")
     from ftis.node.swarm.dht import sampling
+    from ftis.node.swarm.exchange import budget
     from ftis.node.swarm.peers import reputation
 
     # the node's own code, not a copy
-    assert (policy.Sampler, policy.rank_offers, policy.pick) == (sampling.Sampler, sampling.rank_offers, sampling.pick)
+    assert (policy.Sampler, policy.rank_offers, policy.pick) == (sampling.Sampler, budget.rank_offers, budget.pick)
     assert policy.Reputation is reputation.Reputation
     policy.main(["--quick"])
     printed = capsys.readouterr().out

@@ -22,8 +22,8 @@ from helpers.swarm import TOKENIZER, make_batch
 from typer.testing import CliRunner
 
 from ftis.node.cli import app
+from ftis.node.swarm.errors import SwarmError
 from ftis.node.swarm.reach.listen_ports import check_listen_ports
-from ftis.node.swarm.transport import SwarmError
 
 pytestmark = pytest.mark.hivemind
 

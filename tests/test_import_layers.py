@@ -135,6 +135,36 @@ def test_no_import_cycles_between_the_modules_of_a_package():
         f"{a} -> {b} ({edges[a][b]})" for a, b in itertools.pairwise(cycle))
 
 
+def swarm_rooms() -> dict[str, int]:
+    """Each room (or top-level module) of ``node.swarm`` and its place, bottom first, from docs/development.md's
+    "rooms of `node.swarm`: `a`; `b`, `c`; ..." (groups separated by semicolons share a place)."""
+    section = LAYERS_DOC.read_text(encoding="utf-8").split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    listed = " ".join(section.split()).split("rooms of `node.swarm`:", 1)[1].split(".", 1)[0]
+    return {name: place for place, group in enumerate(listed.split(";")) for name in re.findall(r"`(\w+)`", group)}
+
+
+def test_the_rooms_of_the_swarm_import_only_rooms_below_their_own():
+    place = swarm_rooms()
+    folder = SOURCES["ftis.node"] / "swarm"
+    units = {path.stem for path in folder.glob("*.py")} | {path.name for path in folder.iterdir()
+                                                           if (path / "__init__.py").is_file()}
+    assert units - {"__init__"} == set(place), "docs/development.md's rooms of node.swarm are not the folder's"
+    upward = []
+    for module, path in modules():
+        parts = module.split(".")
+        if parts[:3] != ["ftis", "node", "swarm"] or len(parts) < 4:
+            continue
+        source = parts[3]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for name in imported(module, path, node):
+                    target = name.split(".")
+                    if target[:3] == ["ftis", "node", "swarm"] and len(target) > 3 and target[3] != source \
+                            and place.get(target[3], -1) >= place[source]:
+                        upward.append(f"{path.relative_to(REPO)}:{node.lineno}: {source} imports {target[3]}")
+    assert not upward, "imports against the rooms' order in docs/development.md:\n" + "\n".join(upward)
+
+
 def test_config_imports_only_itself_and_the_protocol():
     outside = [f"{found.where}: imports {found.target}" for found in imports()
                if found.source == "node.config" and found.target != "protocol"]

@@ -24,7 +24,7 @@ from ftis.node.swarm.dht import calls as dht_calls
 from ftis.node.swarm.dht import directory
 from ftis.node.swarm.dht import fetch as hivemind_fetch
 from ftis.node.swarm.dht import transport as hivemind_transport
-from ftis.node.swarm.transport import SwarmError
+from ftis.node.swarm.errors import SwarmError
 
 pytestmark = pytest.mark.hivemind
 

@@ -15,8 +15,9 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht.sampling import Offer, ReadSettings, Sampler, ShardOrder, pick, rank_offers, read_settings
+from ftis.node.swarm.dht.sampling import ReadSettings, Sampler, ShardOrder, read_settings
 from ftis.node.swarm.exchange import inbox as inbox_module
+from ftis.node.swarm.exchange.budget import Offer, pick, rank_offers
 from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.memory import MemoryHub, MemoryTransport

@@ -31,8 +31,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ftis.node.config import NodeConfig
-from ftis.node.swarm.exchange.peer_rounds import PeerRounds
 from ftis.node.swarm.exchange.reasons import LATE_ROUND, MISSED_ROUND
+from ftis.node.swarm.peers.peer_rounds import PeerRounds
 from ftis.node.swarm.transport import ReceivedBatch, Transport
 from ftis.protocol.limits import MAX_ROUND
 

@@ -72,8 +72,8 @@ def run_bootstrap(config: SwarmConfig, log_interval_s: float, echo: Callable[[st
 
     from ftis.node.swarm.dht.directory import READER_SHARDS, read_members
     from ftis.node.swarm.dht.transport import peer_id_of, start_dht
+    from ftis.node.swarm.errors import SwarmError
     from ftis.node.swarm.reach.p2pd_metrics import free_port, read_counters
-    from ftis.node.swarm.transport import SwarmError
 
     imported = time.monotonic()
     scratch = None

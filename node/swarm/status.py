@@ -11,9 +11,10 @@ from pathlib import Path
 
 from ftis.node.config import SwarmConfig
 from ftis.node.printable import printable
+from ftis.node.swarm.errors import SwarmError
 from ftis.node.swarm.exchange.reasons import TOKENIZER
 from ftis.node.swarm.peers.peer_view import PeerView, muted_now
-from ftis.node.swarm.transport import Member, SwarmError
+from ftis.node.swarm.transport import Member
 
 READ_TIMEOUT_S = 60.0  # reading the run's announcements: a DHT that does not answer is an error
 

@@ -9,16 +9,11 @@ the same contract tests.
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ftis.node.errors import UserError
-from ftis.node.swarm.exchange.peer_rounds import PeerRounds
+from ftis.node.swarm.peers.peer_rounds import PeerRounds
 from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.reach.p2pd_metrics import RelayCounters
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import Announcement, BatchDescriptor
-
-
-class SwarmError(UserError, RuntimeError):
-    """The swarm could not be joined: a bad peer address, a start-up timeout, an unusable identity..."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import logging
 from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.outbox import Outbox
 from ftis.node.swarm.exchange.payload import Rejected
-from ftis.node.swarm.exchange.peer_rounds import PeerRounds
+from ftis.node.swarm.peers.peer_rounds import PeerRounds
 from ftis.node.swarm.peers.reputation import PeerScore
 from ftis.node.swarm.transport import Member, ReceivedBatch, TransportStats, member_of
 from ftis.protocol import RolloutBatch

@@ -11,7 +11,7 @@ Files:
 - ``calls.py``      calls into hivemind's DHT process under a deadline; a lost one is a counted failure.
 - ``records.py``    the run's sharded DHT keys and the signature + schema validators.
 - ``directory.py``  reading shard keys in one DHT traversal; which announcements count.
-- ``sampling.py``   which shards a poll reads (all, or the next few of the node's own order), what the last polls
-                    returned, and the fetch budget: the freshest batches from distinct peers.
+- ``sampling.py``   which shards a poll reads (all, or the next few of the node's own order), and what the last
+                    polls returned.
 - ``slots.py``      fair fetch and serve slots (at most 2 per peer).
 """

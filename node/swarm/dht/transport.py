@@ -46,6 +46,7 @@ from ftis.node.swarm.dht.calls import DHTCalls
 from ftis.node.swarm.dht.fetch import Fetcher
 from ftis.node.swarm.dht.records import record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.dht.serve import Server
+from ftis.node.swarm.errors import SwarmError
 from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.limits import inbox_limits
 from ftis.node.swarm.exchange.outbox import Outbox
@@ -54,7 +55,7 @@ from ftis.node.swarm.peers.reputation import reputation_settings
 from ftis.node.swarm.reach.listen_ports import check_listen_ports
 from ftis.node.swarm.reach.p2pd_metrics import free_port
 from ftis.node.swarm.reach.reachability import RelayAwareDHT, p2p_options, p2pd_flags
-from ftis.node.swarm.transport import Member, SwarmError, TransportStats
+from ftis.node.swarm.transport import Member, TransportStats
 from ftis.node.swarm.transport_base import TransportBase
 from ftis.protocol import RolloutBatch
 from ftis.protocol.announcement import BatchDescriptor

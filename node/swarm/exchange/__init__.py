@@ -7,7 +7,7 @@ Files:
 - ``limits.py``       ``InboxLimits``: what a node fetches and holds of its peers' batches, from ``[swarm]``.
 - ``reasons.py``      why a batch was refused or counted against its peer (``PEER_FAULTS``, ``WAITING``).
 - ``payload.py``      a fetched payload checked against its announcement (size, SHA-256) and opened.
+- ``budget.py``       the fetch budget: which announced batches to fetch now (freshest, better-scored, one a peer).
 - ``seen.py``         the inbox's seen set: each (peer, round) answered once, bounded, pruned in order.
-- ``peer_rounds.py``  each peer's newest round delivered and announced (rounds mode).
 - ``outbox.py``       this node's recent encoded batches and the announcement listing them.
 """

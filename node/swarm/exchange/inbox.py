@@ -36,10 +36,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht.sampling import Offer, pick, rank_offers
+from ftis.node.swarm.exchange.budget import Offer, pick, rank_offers
 from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.exchange.payload import Rejected, check_payload
-from ftis.node.swarm.exchange.peer_rounds import PeerRounds, RoundBook
 from ftis.node.swarm.exchange.reasons import (
     AHEAD,
     BAD_ANNOUNCEMENT,
@@ -60,6 +59,7 @@ from ftis.node.swarm.exchange.reasons import (
     WAITING,
 )
 from ftis.node.swarm.exchange.seen import SeenSet
+from ftis.node.swarm.peers.peer_rounds import PeerRounds, RoundBook
 from ftis.node.swarm.peers.reputation import PeerScore, Reputation, ReputationSettings, reputation_settings
 from ftis.node.swarm.transport import ReceivedBatch, TransportStats
 from ftis.protocol import DecodeError, RolloutBatch, read

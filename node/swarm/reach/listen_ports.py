@@ -11,7 +11,7 @@ import errno
 import socket
 from collections.abc import Iterable
 
-from ftis.node.swarm.transport import SwarmError
+from ftis.node.swarm.errors import SwarmError
 
 _FAMILIES = {"ip4": socket.AF_INET, "ip6": socket.AF_INET6}
 
