@@ -10,7 +10,7 @@ import pytest
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.reach.p2pd_metrics import RelayCounters, counters_of, free_port, parse, read_counters
-from ftis.node.swarm.reach.reachability import RelayAwareDHT, own_reach, p2pd_flags
+from ftis.node.swarm.reach.reachability import ReachSettings, RelayAwareDHT, own_reach, p2pd_flags, reach_settings
 from ftis.protocol.announcement import Reach
 
 HOME = "12D3KooWJ7nnrzGWGSmLZNGUQ5FHDaq4anzZygMzXpDxFn4xpbDh"
@@ -47,6 +47,10 @@ libp2p_relaysvc_status 1
 """
 
 
+def reach(**settings: object) -> ReachSettings:
+    return reach_settings(SwarmConfig(**settings))
+
+
 def test_a_relayed_nodes_counters():
     assert counters_of(parse(HOME_PAGE)) == RelayCounters(autonat="private", slots_reserved=4, slot_failures=1,
                                                           slots_lost=1)
@@ -77,18 +81,18 @@ CIRCUIT = f"/ip4/11.77.1.1/tcp/40213/p2p/{RELAY}/p2p-circuit"
 ], ids=["nothing-known", "private", "public", "forced-public", "relayed", "client-mode"])
 def test_own_reach(config, visible, autonat, expected):
     counters = None if autonat is None else RelayCounters(autonat=autonat)
-    assert own_reach(config, visible, counters) == expected
+    assert own_reach(reach_settings(config), visible, counters) == expected
 
 
 def test_own_reach_lists_at_most_four_circuits():
     circuits = [CIRCUIT.replace("40213", str(port)) for port in range(1, 9)]
-    assert own_reach(SwarmConfig(), circuits, None) == Reach("relayed", tuple(circuits[:4]))
+    assert own_reach(reach(), circuits, None) == Reach("relayed", tuple(circuits[:4]))
 
 
 def test_the_metrics_flag_is_on_loopback_only():
     port = free_port()
-    assert p2pd_flags(SwarmConfig(), port)[-1] == f"-metricsAddr=127.0.0.1:{port}"
-    assert not any(flag.startswith("-metricsAddr") for flag in p2pd_flags(SwarmConfig()))
+    assert p2pd_flags(reach(), port)[-1] == f"-metricsAddr=127.0.0.1:{port}"
+    assert not any(flag.startswith("-metricsAddr") for flag in p2pd_flags(reach()))
 
 
 @pytest.mark.hivemind
@@ -96,7 +100,8 @@ def test_a_real_p2pd_serves_its_counters_on_loopback():
     port = free_port()
     assert read_counters(port, timeout_s=0.5) is None  # nothing there yet: None, no error
     config = SwarmConfig(relay_service=True)
-    dht = RelayAwareDHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], p2pd_flags=p2pd_flags(config, port))
+    dht = RelayAwareDHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                        p2pd_flags=p2pd_flags(reach_settings(config), port))
     try:
         deadline, counters = time.monotonic() + 20, None
         while counters is None and time.monotonic() < deadline:

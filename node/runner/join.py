@@ -122,6 +122,7 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
         from ftis.node.intake.text_groups import usable_text_bytes
         from ftis.node.swarm.dht.transport import HivemindTransport
         from ftis.node.swarm.reach.reachability import describe as describe_reachability
+        from ftis.node.swarm.reach.reachability import reach_settings
 
         def transport_factory(fingerprint: str) -> Transport:
             transport = HivemindTransport(config.swarm, fingerprint,
@@ -129,7 +130,7 @@ def build_node(config: NodeConfig, transport_factory: Callable[[str], Transport]
             # Any member is an entry point, so the swarm outlives its bootstrap; a client-mode node accepts
             # no connections (and hivemind has no addresses to give for it).
             if echo is not None:
-                for line in [*describe_reachability(config.swarm), config.swarm.sampling_line()]:
+                for line in [*describe_reachability(reach_settings(config.swarm)), config.swarm.sampling_line()]:
                     echo(line)
             if echo is not None and not config.swarm.client_mode:
                 echo("others can join through this node too:")

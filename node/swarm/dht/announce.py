@@ -16,6 +16,7 @@ Runs on the transport's network loop; ``visible_maddrs`` is the one call from an
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import hivemind
 from hivemind.p2p import P2P
@@ -25,7 +26,7 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm.dht.calls import DHTCalls
 from ftis.node.swarm.exchange.outbox import Outbox
 from ftis.node.swarm.reach.p2pd_metrics import RelayCounters, read_counters
-from ftis.node.swarm.reach.reachability import own_reach, relays_of
+from ftis.node.swarm.reach.reachability import ReachSettings, own_reach, reach_settings, relays_of
 from ftis.protocol.announcement import Reach, encode_announcement
 
 logger = logging.getLogger(__name__)
@@ -33,9 +34,23 @@ logger = logging.getLogger(__name__)
 _IDENTIFY_TIMEOUT_S = 5.0  # asking p2pd for this node's addresses, before an announcement
 
 
+@dataclass(frozen=True)
+class AnnounceSettings:
+    """What of ``[swarm]`` an announcer reads: how often it stores its record, how long a record lives, and how
+    peers reach this node."""
+
+    interval_s: float
+    ttl_s: float
+    reach: ReachSettings
+
+
+def announce_settings(swarm: SwarmConfig) -> AnnounceSettings:
+    return AnnounceSettings(swarm.announce_interval_s, swarm.announcement_ttl_s, reach_settings(swarm))
+
+
 class Announcer:
-    def __init__(self, config: SwarmConfig, dht: hivemind.DHT, p2p: P2P, key: str, owner: bytes, outbox: Outbox,
-                 calls: DHTCalls, metrics_port: int, loop: asyncio.AbstractEventLoop):
+    def __init__(self, config: AnnounceSettings, dht: hivemind.DHT, p2p: P2P, key: str, owner: bytes,
+                 outbox: Outbox, calls: DHTCalls, metrics_port: int, loop: asyncio.AbstractEventLoop):
         """``key``, ``owner``: the shard key this node's record goes under and the subkey it signs with;
         ``metrics_port``: where its ``p2pd`` serves libp2p's counters; ``loop``: the network loop it runs on."""
         self._config, self._dht, self._p2p, self._key, self._owner = config, dht, p2p, key, owner
@@ -55,7 +70,7 @@ class Announcer:
             # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands as the event
             # is set (a publish just before close), so this loop would outlive close() by its 10 s wait.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._config.announce_interval_s):
+                async with asyncio.timeout(self._config.interval_s):
                     await self._now.wait()
             self._now.clear()
             await self._find_reach()
@@ -67,7 +82,7 @@ class Announcer:
                     self._key,
                     subkey=self._owner,
                     value=encode_announcement(announcement),
-                    expiration_time=get_dht_time() + self._config.announcement_ttl_s,
+                    expiration_time=get_dht_time() + self._config.ttl_s,
                     return_future=True,
                 ))
                 if not stored:
@@ -105,15 +120,15 @@ class Announcer:
         except Exception as error:  # p2pd busy, slow or restarting: what was known stays (the announcement goes on)
             logger.debug("cannot read this node's addresses: %s: %s", type(error).__name__, error)
             return
-        reach = own_reach(self._config, visible, counters)
+        reach = own_reach(self._config.reach, visible, counters)
         self.relay = counters if counters is not None else self.relay
         if reach != self._reach:
-            _say_reach(reach, self._reach, self._config)
+            _say_reach(reach, self._reach, self._config.reach)
         self._reach = reach
         self._outbox.set_reach(reach)
 
 
-def _say_reach(reach: Reach, before: Reach, config: SwarmConfig) -> None:
+def _say_reach(reach: Reach, before: Reach, config: ReachSettings) -> None:
     """Log how peers reach this node, now that it changed; plainly when peers outside its network cannot."""
     if reach.how == "relayed":
         logger.info("peers reach this node through %s: %s", "a relay" if len(reach.relays) == 1 else

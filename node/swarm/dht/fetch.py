@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import hivemind
 from hivemind.p2p import P2P, PeerID
@@ -39,14 +40,14 @@ from ftis.node.config import SwarmConfig
 from ftis.node.swarm.dht.calls import DHTCalls
 from ftis.node.swarm.dht.directory import Directory, read_shards
 from ftis.node.swarm.dht.records import latest_expiration
-from ftis.node.swarm.dht.sampling import Sampler, read_settings
+from ftis.node.swarm.dht.sampling import ReadSettings, Sampler, read_settings
 from ftis.node.swarm.dht.slots import FairSlots
-from ftis.node.swarm.dht.stream import HEADER, SLOTS_PER_PEER, fetch_deadline, relayed
+from ftis.node.swarm.dht.stream import HEADER, SLOTS_PER_PEER, FetchDeadline, fetch_deadline, relayed
 from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.payload import Rejected
 from ftis.node.swarm.exchange.reasons import FETCH_FAILED, NOT_AS_ANNOUNCED, TOO_LARGE
 from ftis.node.swarm.reach.circuits import Encoded, circuits_to_dial, maddr_bytes, relay_ids
-from ftis.node.swarm.reach.reachability import relays_of
+from ftis.node.swarm.reach.reachability import reach_settings
 from ftis.node.swarm.transport import Member, member_of
 from ftis.node.swarm.transport_base import open_fetched, refuse
 from ftis.protocol.announcement import Announcement, BatchDescriptor
@@ -65,8 +66,34 @@ def retry_delay(backoff_s: float, attempt: int) -> float:
     return backoff_s * 2**attempt
 
 
+@dataclass(frozen=True)
+class FetchSettings:
+    """What of ``[swarm]`` a fetcher reads: the run's directory, how it is read and how often, the fetch budget and
+    its horizon, and each fetch's slots, deadline and retries."""
+
+    run_id: str
+    shards: int
+    read: ReadSettings
+    read_beam_size: int | None
+    poll_interval_s: float
+    fetch_budget: int
+    fetch_horizon_s: float
+    max_fetches: int
+    deadline: FetchDeadline
+    retries: int
+    retry_backoff_s: float
+    relays: tuple[str, ...]  # this node's own relays (a peer relayed through one is dialled through it)
+
+
+def fetch_settings(swarm: SwarmConfig) -> FetchSettings:
+    return FetchSettings(swarm.run_id, swarm.shards, read_settings(swarm), swarm.read_beam_size or None,
+                         swarm.poll_interval_s, swarm.fetch_budget, swarm.fetch_horizon(), swarm.max_concurrent_fetches,
+                         fetch_deadline(swarm), swarm.fetch_retries, swarm.fetch_retry_backoff_s,
+                         reach_settings(swarm).relays)
+
+
 class Fetcher:
-    def __init__(self, config: SwarmConfig, dht: hivemind.DHT, p2p: P2P, handler: str, peer_id: str, inbox: Inbox,
+    def __init__(self, config: FetchSettings, dht: hivemind.DHT, p2p: P2P, handler: str, peer_id: str, inbox: Inbox,
                  calls: DHTCalls, decoder: ThreadPoolExecutor):
         """``handler``: the run's stream handler on the peers; ``peer_id``: this node's (its own announcement is
         not a member); ``decoder``: the one thread fetched payloads are opened on."""
@@ -75,11 +102,11 @@ class Fetcher:
         self.members: dict[str, Member] = {}
         self._listed: dict[str, frozenset[int]] = {}  # peer id -> rounds its latest announcement lists
         self._circuits: dict[str, tuple[str, ...]] = {}  # peer id -> circuit addresses it announces (relayed)
-        self._own_relays = relay_ids(relays_of(config))
+        self._own_relays = relay_ids(list(config.relays))
         self._directory = Directory()
         self._rng = random.Random()
-        self._sampler: Sampler[Announcement] = Sampler(read_settings(config), self._rng)
-        self._slots = FairSlots(config.max_concurrent_fetches, SLOTS_PER_PEER)
+        self._sampler: Sampler[Announcement] = Sampler(config.read, self._rng)
+        self._slots = FairSlots(config.max_fetches, SLOTS_PER_PEER)
         self._soon = asyncio.Event()  # poll_now: read the announcements without waiting out the period
         self.fetches: set[asyncio.Task] = set()
         self.poll_failures = 0  # reads of the peers' announcements that failed
@@ -111,7 +138,7 @@ class Fetcher:
     async def _poll_once(self) -> None:
         config = self._config
         future = read_shards(self._dht, config.run_id, config.shards, only=self._sampler.shards_to_read(),
-                             beam_size=config.read_beam_size or None)
+                             beam_size=config.read_beam_size)
         values = await self._calls.result(future)
         # A record that expires later than any peer may store one for is meant to outlive its owner (a ghost
         # member): refused, as every node's DHT refuses to store it (records.py).
@@ -130,7 +157,7 @@ class Fetcher:
         # one that says no one can dial it is not worth a fetch slot
         dialable = [a for a in remembered.values() if a.reach.how != "unreachable"]
         wanted = self._inbox.choose(dialable, config.fetch_budget, config.poll_interval_s, self._rng,
-                                    config.fetch_horizon())
+                                    config.fetch_horizon_s)
         for announcement, descriptor in wanted:
             task = asyncio.create_task(self._fetch(announcement.peer_id, descriptor))
             self.fetches.add(task)
@@ -141,7 +168,7 @@ class Fetcher:
         while True:
             try:
                 async with self._slots.hold(peer_id):  # not held while backing off
-                    deadline, started = fetch_deadline(self._config, descriptor.bytes), time.monotonic()
+                    deadline, started = self._config.deadline(descriptor.bytes), time.monotonic()
                     data, via_relay = await asyncio.wait_for(self.download(peer_id, descriptor), deadline)
                     lateness = 2 * (time.monotonic() - started) / deadline - 1  # > 0 in the deadline's second half
                 batch = await asyncio.get_running_loop().run_in_executor(self._decoder, open_fetched, self._inbox,
@@ -154,8 +181,8 @@ class Fetcher:
                 raise
             except Exception as error:  # timeouts, refused connections, streams closed early: maybe transient
                 failure = f"{type(error).__name__}: {error}"
-                if attempt < self._config.fetch_retries and self._still_offered(peer_id, descriptor):
-                    delay = retry_delay(self._config.fetch_retry_backoff_s, attempt)
+                if attempt < self._config.retries and self._still_offered(peer_id, descriptor):
+                    delay = retry_delay(self._config.retry_backoff_s, attempt)
                     logger.info("fetching batch %s of %s failed (%s); retrying in %.1f s", descriptor.round, peer_id,
                                 failure, delay)
                     attempt += 1

@@ -11,6 +11,8 @@ Both sides bound one exchange by the same deadline (``fetch_deadline``, scaled t
 keeps at most ``SLOTS_PER_PEER`` exchanges with one peer at once (``slots.py``).
 """
 
+from dataclasses import dataclass
+
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 
 from ftis.node.config import SwarmConfig
@@ -19,11 +21,23 @@ HEADER = 8  # bytes of a round, an offset or a length on the stream
 SLOTS_PER_PEER = 2  # fetches from, and serves to, one peer at once
 
 
-def fetch_deadline(config: SwarmConfig, size: int) -> float:
-    """Seconds one fetch of a ``size``-byte payload may take, connect to last byte: ``fetch_base_s`` plus the
-    time at ``fetch_min_bytes_per_s``, at most ``fetch_timeout_s``. A slow peer holds a fetch slot no longer
-    than its payload's size justifies."""
-    return min(config.fetch_timeout_s, config.fetch_base_s + size / config.fetch_min_bytes_per_s)
+@dataclass(frozen=True)
+class FetchDeadline:
+    """Seconds one fetch of a payload may take, connect to last byte, by its size: ``base_s`` plus the time at
+    ``min_bytes_per_s``, at most ``timeout_s``. A slow peer holds a fetch slot no longer than its payload's size
+    justifies; the server holds a serve slot as long, no longer."""
+
+    base_s: float
+    min_bytes_per_s: float
+    timeout_s: float
+
+    def __call__(self, size: int) -> float:
+        return min(self.timeout_s, self.base_s + size / self.min_bytes_per_s)
+
+
+def fetch_deadline(swarm: SwarmConfig) -> FetchDeadline:
+    """``[swarm]``'s ``fetch_base_s``, ``fetch_min_bytes_per_s`` and ``fetch_timeout_s``."""
+    return FetchDeadline(swarm.fetch_base_s, swarm.fetch_min_bytes_per_s, swarm.fetch_timeout_s)
 
 
 def relayed(info: StreamInfo) -> bool:

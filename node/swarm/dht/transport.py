@@ -41,11 +41,12 @@ import hivemind
 from hivemind.utils import get_dht_time
 
 from ftis.node.config import SwarmConfig
-from ftis.node.swarm.dht.announce import Announcer
+from ftis.node.swarm.dht.announce import Announcer, announce_settings
 from ftis.node.swarm.dht.calls import DHTCalls
-from ftis.node.swarm.dht.fetch import Fetcher
+from ftis.node.swarm.dht.fetch import Fetcher, fetch_settings
 from ftis.node.swarm.dht.records import record_validators, run_prefix, shard_key, shard_of
 from ftis.node.swarm.dht.serve import Server
+from ftis.node.swarm.dht.stream import fetch_deadline
 from ftis.node.swarm.errors import SwarmError
 from ftis.node.swarm.exchange.inbox import Inbox
 from ftis.node.swarm.exchange.limits import inbox_limits
@@ -54,7 +55,7 @@ from ftis.node.swarm.keys.identity import IdentityError, ensure_identity, signin
 from ftis.node.swarm.peers.reputation import reputation_settings
 from ftis.node.swarm.reach.listen_ports import check_listen_ports
 from ftis.node.swarm.reach.p2pd_metrics import free_port
-from ftis.node.swarm.reach.reachability import RelayAwareDHT, p2p_options, p2pd_flags
+from ftis.node.swarm.reach.reachability import RelayAwareDHT, p2p_options, p2pd_flags, reach_settings
 from ftis.node.swarm.transport import Member, TransportStats
 from ftis.node.swarm.transport_base import TransportBase
 from ftis.protocol import RolloutBatch
@@ -77,9 +78,10 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
     except IdentityError as error:
         raise SwarmError(str(error)) from None
     validators = record_validators(config.run_id, config.shards, key)
+    reach = reach_settings(config)
     try:
         dht = RelayAwareDHT(
-            p2pd_flags=p2pd_flags(config, metrics_port),
+            p2pd_flags=p2pd_flags(reach, metrics_port),
             initial_peers=list(config.initial_peers) or None,
             start=False,
             host_maddrs=list(config.host_maddrs),
@@ -89,7 +91,7 @@ def start_dht(config: SwarmConfig, identity_path: Path, *, announce: bool,
             client_mode=config.client_mode,
             record_validators=validators,
             startup_timeout=config.start_timeout_s,  # p2pd's own start: hivemind's default 15 s would cap it
-            **p2p_options(config),
+            **p2p_options(reach),
         )
         dht.run_in_background(await_ready=True, timeout=config.start_timeout_s)
     except Exception as error:  # hivemind raises many types here (P2PDaemonError, TimeoutError, ValueError...)
@@ -196,11 +198,11 @@ class HivemindTransport(TransportBase):
     async def _start(self) -> None:
         config = self._config
         self._p2p = await self._dht.replicate_p2p()
-        self._announcer = Announcer(config, self._dht, self._p2p, self._key, self._owner, self._outbox,
-                                    self._dht_calls, self._metrics_port, self._loop)
-        self._fetcher = Fetcher(config, self._dht, self._p2p, self._handler, self._peer_id, self._inbox,
+        self._announcer = Announcer(announce_settings(config), self._dht, self._p2p, self._key, self._owner,
+                                    self._outbox, self._dht_calls, self._metrics_port, self._loop)
+        self._fetcher = Fetcher(fetch_settings(config), self._dht, self._p2p, self._handler, self._peer_id, self._inbox,
                                 self._dht_calls, self._decoder)
-        self._server = Server(config, self._outbox)
+        self._server = Server(config.max_concurrent_serves, fetch_deadline(config), self._outbox)
         await self._p2p.add_binary_stream_handler(self._handler, self._server.serve)
         self._tasks = [asyncio.create_task(self._announcer.run()), asyncio.create_task(self._fetcher.run())]
 

@@ -22,6 +22,7 @@ process adds them to the ``p2pd`` command line it builds (``RelayAwareDHT``; the
 and the patch lives in that process only).
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 import hivemind
@@ -33,7 +34,27 @@ from ftis.protocol.announcement import Reach, relay_of
 from ftis.protocol.limits import MAX_MULTIADDR_CHARS, MAX_RELAY_ADDRS
 
 
-def p2p_options(config: SwarmConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReachSettings:
+    """What of ``[swarm]`` decides how peers reach this node and whether it relays for others."""
+
+    reachability: str  # "auto", "public" or "relayed"
+    client_mode: bool
+    relays: tuple[str, ...]  # the relays a node behind a NAT reserves a slot on: ``relays``, else its initial peers
+    relay_service: bool
+    relay_max_reservations: int
+    relay_max_circuits: int
+    relay_data_limit_bytes: int
+    relay_time_limit_s: float
+
+
+def reach_settings(swarm: SwarmConfig) -> ReachSettings:
+    return ReachSettings(swarm.reachability, swarm.client_mode, tuple(swarm.relays or swarm.initial_peers),
+                         swarm.relay_service, swarm.relay_max_reservations, swarm.relay_max_circuits,
+                         swarm.relay_data_limit_bytes, swarm.relay_time_limit_s)
+
+
+def p2p_options(config: ReachSettings) -> dict[str, Any]:
     """Keyword arguments of ``hivemind.DHT`` (passed on to ``P2P.create``) for ``config``'s reachability."""
     options: dict[str, Any] = {"use_relay": True}  # dialling others through relays, whatever we are
     if config.reachability == "public":
@@ -45,7 +66,7 @@ def p2p_options(config: SwarmConfig) -> dict[str, Any]:
     return options
 
 
-def p2pd_flags(config: SwarmConfig, metrics_port: int | None = None) -> list[str]:
+def p2pd_flags(config: ReachSettings, metrics_port: int | None = None) -> list[str]:
     """``p2pd`` options hivemind does not pass: static relays without discovery, the relay service's bounds, and
     the loopback port of libp2p's counters (``p2pd_metrics.py``)."""
     # -relayService=0 (and even -relay=0) leaves go-libp2p's own default relay service running (measured: a
@@ -62,7 +83,7 @@ def p2pd_flags(config: SwarmConfig, metrics_port: int | None = None) -> list[str
     return flags
 
 
-def own_reach(config: SwarmConfig, visible_maddrs: list[str], counters: RelayCounters | None) -> Reach:
+def own_reach(config: ReachSettings, visible_maddrs: list[str], counters: RelayCounters | None) -> Reach:
     """How peers reach this node now, for its announcement: through the relays whose circuit addresses it
     advertises; directly when it is set public or AutoNAT found it so; "private" when AutoNAT found that peers
     outside its network cannot dial it (and it holds no relay slot); not at all in client mode; else not known."""
@@ -84,7 +105,7 @@ def own_reach(config: SwarmConfig, visible_maddrs: list[str], counters: RelayCou
     return Reach("private" if autonat == "private" else "unknown")
 
 
-def describe(config: SwarmConfig) -> list[str]:
+def describe(config: ReachSettings) -> list[str]:
     """The start-up lines saying how peers reach this node, and whether it relays for others."""
     relays = relays_of(config)
     if config.client_mode:
@@ -104,9 +125,9 @@ def describe(config: SwarmConfig) -> list[str]:
     return lines
 
 
-def relays_of(config: SwarmConfig) -> list[str]:
+def relays_of(config: ReachSettings) -> list[str]:
     """The relays a node behind a NAT reserves a slot on: ``relays``, else its initial peers."""
-    return list(config.relays or config.initial_peers)
+    return list(config.relays)
 
 
 class RelayAwareDHT(hivemind.DHT):
