@@ -293,3 +293,39 @@ def test_an_absurd_sampler_logprob_leaves_the_loss_and_gradient_finite(variant, 
     advantage = -0.5 / (math.sqrt(0.5) + 1e-6)  # (0 - 0.5) / the sample std of [0, 1]
     assert float(grad[0, 1]) == 0.0
     assert float(grad[0, 0]) == pytest.approx(-(1 / 2) * (1 / 2) * advantage, rel=1e-5)
+
+
+def test_the_configs_table_of_what_each_variant_reads_is_what_its_loss_does() -> None:
+    """``config.training.VARIANT_SETTINGS`` (a setting given to a variant that does not read it is refused) matches
+    the loss: changing C, g or the filter's rule changes a variant's loss exactly where the table says it reads it."""
+    from dataclasses import replace
+
+    from ftis.node.config.training import VARIANT_SETTINGS
+
+    inputs = dict(logprobs=[[-1.0, -1.0], [-2.0, -0.5], [-0.3, -1.5], [-1.0, -1.0]],
+                  old=[[-1.0, -1.0], [-2.0, -0.5], [-0.3, -1.5], [-1.0, -1.0]],
+                  sampler=[[-2.0, -3.0], [-0.5, -2.0], [-1.5, -0.2], [-3.0, -1.0]],  # weights far from 1 both ways
+                  mask=[[True, True]] * 4, rewards=[1.0, 0.0, 1.0, 0.0], group_ids=[0, 0, 1, 1],
+                  off_policy=[True] * 4)
+    changes = {"clip_c": 1.05, "divergence_threshold": 0.0, "filter_rule": "and"}
+    for variant in LOSS_VARIANTS:
+        base = LossParams()
+        for name, value in changes.items():
+            first, _ = loss_and_grad(variant, make_inputs(**inputs), base)
+            second, _ = loss_and_grad(variant, make_inputs(**inputs), replace(base, **{name: value}))
+            reads = not torch.equal(first.loss.detach(), second.loss.detach())
+            assert reads == (variant in VARIANT_SETTINGS[name]), (variant, name)
+    schedule = ("divergence_threshold_end", "divergence_schedule_steps")
+    assert all(VARIANT_SETTINGS[name] == VARIANT_SETTINGS["divergence_threshold"] for name in schedule)  # they move g
+
+
+def test_a_setting_given_to_a_variant_that_does_not_read_it_is_refused(tmp_path) -> None:
+    from ftis.node.config import ConfigError, LossConfig, load_config
+
+    path = tmp_path / "node.toml"
+    path.write_text('[loss]\nvariant = "nois"\nclip_c = 3.0\ndivergence_threshold = 5.0\n')
+    with pytest.raises(ConfigError, match=r"variant 'nois' does not read clip_c, divergence_threshold, so the value "
+                                          r"given would do nothing; .*clip_c: tis, ftis; divergence_threshold: ftis"):
+        load_config(path)
+    assert LossConfig(variant="tis", clip_c=3.0).clip_c == 3.0 and LossConfig(variant="nois", clip_c=2.0)  # default
+    assert LossConfig(**LossConfig(variant="fvis", divergence_threshold=4.0).model_dump()).divergence_threshold == 4.0

@@ -5,13 +5,23 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ftis.node.config.arithmetic import ArithmeticOverride
 from ftis.node.config.base import MAX_COUNT, MAX_GRADIENT_NORM, MAX_LEARNING_RATE, Section
 from ftis.protocol.limits import MAX_BATCH_TOKENS
 
 LossVariant = Literal["nois", "vis", "tis", "ftis", "fvis"]  # the names of LOSS_VARIANTS (a test checks)
+# The settings only some variants read: the truncation C (the truncated ones) and the filter's (the filtered ones).
+# A value other than its default given to a variant that ignores it is refused: it would do nothing, silently.
+# (A test checks this table against what each variant's loss does.)
+VARIANT_SETTINGS: dict[str, tuple[str, ...]] = {
+    "clip_c": ("tis", "ftis"),
+    "divergence_threshold": ("ftis", "fvis"),
+    "divergence_threshold_end": ("ftis", "fvis"),
+    "divergence_schedule_steps": ("ftis", "fvis"),
+    "filter_rule": ("ftis", "fvis"),
+}
 
 
 class LossConfig(Section):
@@ -60,6 +70,16 @@ class LossConfig(Section):
         "token", description='Peers\' groups of this node\'s own tokenizer: "token" weighs each token (F-TIS as the '
         'paper has it); "sequence" one weight per completion, as groups of another tokenizer get (an ablation).'
     )
+
+    @model_validator(mode="after")
+    def _only_settings_the_variant_reads(self) -> "LossConfig":
+        ignored = [name for name, variants in VARIANT_SETTINGS.items()
+                   if self.variant not in variants and getattr(self, name) != type(self).model_fields[name].default]
+        if ignored:
+            uses = "; ".join(f"{name}: {', '.join(VARIANT_SETTINGS[name])}" for name in ignored)
+            raise ValueError(f"variant {self.variant!r} does not read {', '.join(ignored)}, so the value given would "
+                             f"do nothing; remove it, or choose a variant that reads it ({uses})")
+        return self
 
     @field_validator("clip_c", "divergence_threshold", "divergence_threshold_end", "max_surprise")
     @classmethod
