@@ -102,6 +102,26 @@ def test_claimed_logprobs_are_the_starting_models_so_the_filter_keeps_every_pois
     assert audit.pushes(victim, groups, step=0) == (GROUPS * half, GROUPS * half if variant == "nois" else 0)
 
 
+def test_groups_of_another_tokenizer_are_audited_as_the_step_trains_them_one_weight_per_completion():
+    """A receiver of another tokenizer trains an attacker's group per sequence, on the claimed log-prob of each whole
+    completion; its per-token column is not the generator's and is never read. Here the per-token claims are absurd
+    (log-prob 0: certainty) and the sequence claims true: judged per token every poisoned completion would be
+    dropped; the audit, as the step, keeps them."""
+    from dataclasses import replace
+
+    victim, attacker = swarm("out-of-context")
+    attacker.run_round()
+    groups = [candidate.group for candidate in victim.intake.score(victim.intake.collect(0)).candidates]
+    foreign = [replace(group, sequence_logprobs=group.sampler_sums(),
+                       completions=replace(group.completions,
+                                           sampler_logprobs=np.zeros_like(group.completions.sampler_logprobs)))
+               for group in groups]
+    half = attacker.settings.group_size // 2
+    assert all(group.per_sequence for group in foreign)
+    assert audit.pushes(victim, foreign, step=0) == (GROUPS * half, 0)
+    assert audit.pushes(victim, [*groups[:1], *foreign[1:]], step=0) == (GROUPS * half, 0)  # both kinds in one step
+
+
 def test_a_round_of_the_victim_trains_on_the_poisoned_completions():
     victim, attacker = swarm("out-of-context")
     audited = audit.StepAudit(victim, "attacker")

@@ -30,7 +30,7 @@ import torch
 
 from benchmarks.poisoning_attacks.payloads import Attack
 from ftis.node.evaluation.evaluation import EvalResult
-from ftis.node.loss import LossInputs, compute_loss
+from ftis.node.loss import LossInputs, SequenceLossInputs, compute_loss
 from ftis.node.runner.node import Node
 from ftis.node.tasks import Problem
 from ftis.node.trainer.groups import TrainingGroup
@@ -75,17 +75,26 @@ class StepAudit:
 
 
 def pushes(node: Node, groups: list[TrainingGroup], step: int) -> tuple[int, int]:
-    """(completions a step of ``node`` raises, completions it lowers) among ``groups``, as the module docstring says."""
+    """(completions a step of ``node`` raises, completions it lowers) among ``groups``, as the module docstring says.
+    Groups of another tokenizer than the node's are judged as its step trains them, one weight per completion."""
+    by_token = [group for group in groups if not group.per_sequence]
+    by_sequence = [group for group in groups if group.per_sequence]
+    counts = [_pushes(node, chosen, step, per_sequence) for chosen, per_sequence in ((by_token, False),
+                                                                                   (by_sequence, True)) if chosen]
+    return sum(raised for raised, _ in counts), sum(lowered for _, lowered in counts)
+
+
+def _pushes(node: Node, groups: list[TrainingGroup], step: int, per_sequence: bool) -> tuple[int, int]:
     config = node.config.loss
     packed = pack(groups, node.policy.tokenizer.pad_token_id or 0)
     with torch.no_grad():
         old = completion_logprobs(node.policy.model, packed)  # (B, T)
     logprobs = old.clone().requires_grad_(True)
-    out = compute_loss(config.variant, LossInputs(
-        logprobs=logprobs, old_logprobs=old, sampler_logprobs=packed.sampler_logprobs,
-        loss_mask=packed.loss_mask, rewards=packed.rewards, group_ids=packed.group_index,
-        off_policy=packed.off_policy,
-    ), loss_params(config, step=step))
+    common = {"logprobs": logprobs, "old_logprobs": old, "loss_mask": packed.loss_mask, "rewards": packed.rewards,
+              "group_ids": packed.group_index, "off_policy": packed.off_policy}
+    inputs = (SequenceLossInputs(sampler_sequence_logprobs=packed.sampler_sequence_logprobs, **common)
+              if per_sequence else LossInputs(sampler_logprobs=packed.sampler_logprobs, **common))
+    out = compute_loss(config.variant, inputs, loss_params(config, step=step))
     (gradient,) = torch.autograd.grad(out.loss, logprobs, allow_unused=True)
     if gradient is None:  # nothing active: no completion carries gradient
         return 0, 0
