@@ -17,7 +17,8 @@ import pytest
 from helpers.swarm import RUN_ID, T0, TOKENIZER, FakeClock, make_batch, publish
 
 from ftis.node.swarm.exchange import inbox as inbox_module
-from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, OTHER_PEERS, Inbox
+from ftis.node.swarm.exchange.charges import OTHER_PEERS
+from ftis.node.swarm.exchange.inbox import MAX_CLOCK_AHEAD_S, Inbox
 from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.exchange.outbox import Outbox
 from ftis.node.swarm.exchange.payload import Rejected, open_payload
@@ -443,15 +444,15 @@ def test_open_charges_what_decoding_takes_in_place_of_the_announced_size(clock):
     inbox = make_inbox(clock)
     p = publish(texted(make_batch("alice", 0, tokenizer="tok-b"), "é"))
     assert inbox.consider(p.announcement, p.descriptor)
-    assert inbox._pending[("alice", 0)] == p.descriptor.bytes  # in flight: its announced size
+    assert inbox._held[("alice", 0)] == p.descriptor.bytes  # in flight: its announced size
     batch = inbox.open("alice", p.descriptor, p.data)
     assert batch == p.batch  # another tokenizer: its texts are read
     compressed = read(p.data)
-    charged = inbox._pending[("alice", 0)]
+    charged = inbox._held[("alice", 0)]
     assert charged == len(p.data) + compressed.cost(texts=True) > compressed.cost(texts=False) + len(p.data)
     assert inbox.deliver("alice", p.descriptor, batch, len(p.data))
     inbox.drain()
-    assert inbox._pending == {}  # drained: the room is free again
+    assert dict(inbox._held) == {}  # drained: the room is free again
 
 
 def test_open_leaves_the_texts_of_this_nodes_own_tokenizer_compressed(clock):
@@ -461,7 +462,7 @@ def test_open_leaves_the_texts_of_this_nodes_own_tokenizer_compressed(clock):
     batch = inbox.open("alice", p.descriptor, p.data)
     assert all(group.columns.texts is None for group in batch.groups)
     assert batch == p.batch.without_texts()
-    assert inbox._pending[("alice", 0)] == len(p.data) + read(p.data).cost(texts=False)
+    assert inbox._held[("alice", 0)] == len(p.data) + read(p.data).cost(texts=False)
 
 
 def test_a_batch_that_decodes_beyond_the_whole_buffer_is_refused_uninflated_and_charged(clock, monkeypatch):
@@ -476,7 +477,7 @@ def test_a_batch_that_decodes_beyond_the_whole_buffer_is_refused_uninflated_and_
     small.fail("alice", p.descriptor, caught.value.reason)
     assert rejections(small) == {("alice", TOO_LARGE): 1}
     assert small.scores()["alice"].bad == 1  # a fault of the peer's
-    assert small._pending == {}
+    assert dict(small._held) == {}
 
 
 def test_a_batch_the_held_batches_leave_no_room_for_is_refused_uninflated_and_not_charged(clock, monkeypatch):
@@ -493,7 +494,7 @@ def test_a_batch_the_held_batches_leave_no_room_for_is_refused_uninflated_and_no
     assert caught.value.reason == BUFFER_FULL
     inbox.fail("bob", second.descriptor, caught.value.reason)
     assert "bob" not in inbox.scores() or inbox.scores()["bob"].bad == 0  # lack of room says nothing of bob
-    assert set(inbox._pending) == {("alice", 0)}  # alice's batch, still held, keeps its charge
+    assert set(inbox._held) == {("alice", 0)}  # alice's batch, still held, keeps its charge
 
 
 def test_texts_longer_than_this_node_could_train_on_are_refused_before_inflating(clock, monkeypatch):

@@ -58,12 +58,12 @@ def test_a_later_rounds_batch_stays_queued_and_charged_until_the_node_reaches_it
     assert fetch(inbox, "alice", 3)
     assert not fetch(inbox, "alice", 4)  # round 2's and 3's batches, held, fill the quota
     assert inbox.stats().rejections == {("alice", PEER_QUOTA): 1}
-    assert set(inbox._pending) == {("alice", 2), ("alice", 3)}
+    assert set(inbox._held) == {("alice", 2), ("alice", 3)}
     inbox.set_round(1, ahead=4)
     assert rounds_of(inbox) == []
     inbox.set_round(2, ahead=4)
     assert rounds_of(inbox) == [2]
-    assert set(inbox._pending) == {("alice", 3)} and fetch(inbox, "alice", 4)
+    assert set(inbox._held) == {("alice", 3)} and fetch(inbox, "alice", 4)
 
 
 def test_a_batch_beyond_the_window_is_not_fetched_until_the_node_comes_closer(clock):
@@ -83,9 +83,9 @@ def test_a_held_batch_is_dropped_once_stale_and_its_charge_freed(clock):
     inbox.set_round(0, ahead=4)
     assert fetch(inbox, "alice", 3)
     clock.advance(MAX_AGE - 1)
-    assert rounds_of(inbox) == [] and set(inbox._pending) == {("alice", 3)}
+    assert rounds_of(inbox) == [] and set(inbox._held) == {("alice", 3)}
     clock.advance(2)
-    assert rounds_of(inbox) == [] and inbox._pending == {}
+    assert rounds_of(inbox) == [] and dict(inbox._held) == {}
     assert inbox.stats().rejections == {("alice", STALE): 1}
     inbox.set_round(3, ahead=4)
     assert rounds_of(inbox) == []

@@ -272,9 +272,11 @@ class InboxFuzz:
 
     def _check_bounds(self) -> None:
         inbox = self.inbox
-        pending = inbox._pending
+        pending = inbox._held
         expect(len(pending) <= LIMITS.max_batches, f"{len(pending)} batches in flight or queued")
         expect(sum(pending.values()) <= LIMITS.max_bytes, f"{sum(pending.values())} bytes in flight or queued")
+        expect(pending.bytes == sum(pending.values()),
+               f"the buffer counts {pending.bytes} bytes and holds {sum(pending.values())}")
         for peer in self.peers:
             count = sum(1 for p, _ in pending if p == peer)
             expect(count <= LIMITS.per_peer_quota, f"{peer} has {count} batches in flight or queued")
@@ -289,6 +291,6 @@ class InboxFuzz:
         or queued, or was considered or in flight within FORGET_WITHIN_S."""
         horizon = self.clock.now - FORGET_WITHIN_S
         for key in self.inbox._seen:
-            expect(key in self.inbox._pending or self.last_active[key] >= horizon,
+            expect(key in self.inbox._held or self.last_active[key] >= horizon,
                    f"{key} is still remembered {self.clock.now - self.last_active[key]:.0f} s after it was last "
                    "considered or in flight")

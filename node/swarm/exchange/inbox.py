@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 
 from ftis.node.config import SwarmConfig
 from ftis.node.swarm.exchange.budget import Offer, pick, rank_offers
+from ftis.node.swarm.exchange.charges import Charges, Tally
 from ftis.node.swarm.exchange.limits import InboxLimits
 from ftis.node.swarm.exchange.payload import Rejected, check_payload
 from ftis.node.swarm.exchange.reasons import (
@@ -72,8 +73,6 @@ MAX_PEERS_TRACKED = 4096
 # The seen set's entries in all: a full listing of each peer tracked (65,536 entries, ~17 MB). Per peer, it keeps
 # what a peer can list within max_age_s (``InboxLimits.seen_per_peer``).
 MAX_SEEN = MAX_ANNOUNCED_BATCHES * MAX_PEERS_TRACKED
-# The rejections of peers dropped from the by-peer counts, summed under this name: the counts by reason stay whole.
-OTHER_PEERS = "(other peers)"
 
 
 
@@ -85,9 +84,7 @@ class Inbox:
         self._reputation = Reputation(reputation if reputation is not None else reputation_settings(SwarmConfig()))
         self._lock = threading.Lock()
         self._seen = SeenSet(limits.max_age_s, limits.seen_per_peer, MAX_SEEN, MAX_PEERS_TRACKED)
-        self._pending: dict[tuple[str, int], int] = {}  # (peer, round) -> bytes, in flight or queued
-        self._pending_bytes = 0  # ...their sum,
-        self._pending_by_peer: dict[str, int] = {}  # ...and their count by peer (peers with none left out)
+        self._held = Charges()  # (peer, round) -> bytes, in flight or queued; their sum and count by peer
         self._in_flight: dict[tuple[str, int], str] = {}  # -> the tokenizer the batch was announced with
         self._round: int | None = None  # rounds mode: the node's round (``set_round``); None: hand over every batch
         self._ahead = 0  # ...and how many rounds ahead of it a batch is fetched
@@ -96,8 +93,7 @@ class Inbox:
         self._bad_announcements: OrderedDict[str, bytes] = OrderedDict()
         self._next_prune = -float("inf")
         self._queue: deque[ReceivedBatch] = deque()
-        self._stats = TransportStats()
-        self._rejected: OrderedDict[str, set[str]] = OrderedDict()  # peer -> its reasons, the newest peers last
+        self._tally = Tally(MAX_PEERS_TRACKED)
 
     def consider(self, announcement: Announcement, descriptor: BatchDescriptor) -> bool:
         """Whether to fetch this announced batch now. Each (peer, round) gets one final answer; a batch
@@ -107,16 +103,16 @@ class Inbox:
         with self._lock:
             now = self._clock()
             if now >= self._next_prune:  # at most once a second; what it drops is all it costs (seen.py)
-                self._seen.prune(now, self._pending)
+                self._seen.prune(now, self._held)
                 self._age_out_held(now)
                 self._reputation.forget_faded(now)
                 self._next_prune = now + 1.0
-            if key in self._pending or self._seen.answered(key, descriptor.created_at):
+            if key in self._held or self._seen.answered(key, descriptor.created_at):
                 return False
             if key not in self._seen:
                 # a date too far ahead (refused as stale) is remembered as now: forgotten max_age later, like any other
                 date = descriptor.created_at if descriptor.created_at <= now + MAX_CLOCK_AHEAD_S else now
-                self._seen.add(key, date, now, self._pending)
+                self._seen.add(key, date, now, self._held)
             reason = self._refusal(announcement, descriptor, now)
             if reason in WAITING:
                 if self._seen.defer(key):
@@ -126,7 +122,7 @@ class Inbox:
             if reason is not None:
                 self._count(announcement.peer_id, reason)
                 return False
-            self._hold(key, descriptor.bytes)
+            self._held.hold(key, descriptor.bytes)
             self._in_flight[key] = announcement.tokenizer
             return True
 
@@ -141,10 +137,10 @@ class Inbox:
             return MUTED
         if self._round is not None and descriptor.round > self._round + self._ahead:
             return AHEAD
-        if self._pending_by_peer.get(announcement.peer_id, 0) >= self._limits.per_peer_quota:
+        if self._held.of_peer(announcement.peer_id) >= self._limits.per_peer_quota:
             return PEER_QUOTA
-        if (len(self._pending) >= self._limits.max_batches
-                or self._pending_bytes + descriptor.bytes > self._limits.max_bytes):
+        if (len(self._held) >= self._limits.max_batches
+                or self._held.bytes + descriptor.bytes > self._limits.max_bytes):
             return BUFFER_FULL
         return None
 
@@ -164,7 +160,7 @@ class Inbox:
                        and len(batch.groups) == descriptor.groups and batch.num_completion_tokens == descriptor.tokens
                        and batch.policy.policy_version == descriptor.policy_version)
             if not matches:
-                self._release(key)
+                self._held.release(key)
                 self._count(peer_id, NOT_AS_ANNOUNCED)
                 return False
             self._queue.append(ReceivedBatch(peer_id, batch, payload_bytes, self._clock()))
@@ -173,9 +169,8 @@ class Inbox:
             self._reputation.delivered(peer_id, self._clock(), share=1.0 - lateness)
             if lateness > 0:
                 self._reputation.failed(peer_id, self._clock(), share=lateness)
-                self._tally(peer_id, SLOW)
-            self._stats.delivered_batches += 1
-            self._stats.delivered_bytes += payload_bytes
+                self._tally.refused(peer_id, SLOW)
+            self._tally.delivered(payload_bytes)
             return True
 
     def open(self, peer_id: str, descriptor: BatchDescriptor, data: bytes) -> RolloutBatch:
@@ -209,13 +204,11 @@ class Inbox:
                 raise Rejected(TOO_LARGE, f"decoding it takes up to {cost} bytes, more than the "
                                           f"{self._limits.max_bytes} this node holds of all its peers' batches "
                                           "(swarm.max_buffered_bytes)")
-            others = self._pending_bytes - self._pending.get(key, 0)
+            others = self._held.bytes - self._held.get(key, 0)
             if others + cost > self._limits.max_bytes:
                 raise Rejected(BUFFER_FULL, f"decoding it takes up to {cost} bytes; the batches held leave "
                                             f"{max(self._limits.max_bytes - others, 0)}")
-            if key in self._pending:
-                self._pending_bytes += cost - self._pending[key]
-                self._pending[key] = cost
+            self._held.recharge(key, cost)
 
     def fresh(self, descriptor: BatchDescriptor) -> bool:
         """Whether the batch is still within the max age (a transport asks before retrying a fetch)."""
@@ -230,7 +223,7 @@ class Inbox:
         with self._lock:
             if key in self._in_flight:
                 del self._in_flight[key]
-                self._release(key)
+                self._held.release(key)
                 self._count(peer_id, reason)
 
     def choose(self, announcements: Iterable[Announcement], budget: int, tie_s: float, rng: random.Random,
@@ -250,8 +243,8 @@ class Inbox:
         if budget == 0:
             return [(a, d) for a in announcements for d in a.batches if self.consider(a, d)]
         with self._lock:
-            busy = {peer for peer, _ in self._pending}
-            room = budget - len(self._pending)
+            busy = {peer for peer, _ in self._held}
+            room = budget - len(self._held)
             scores = {peer: score.score for peer, score in self._reputation.snapshot(self._clock()).items()}
         if room <= 0:
             return []
@@ -324,7 +317,7 @@ class Inbox:
             for received in self._queue:
                 if (max_batches is None or len(batches) < max_batches) and not self._later(received):
                     batches.append(received)
-                    self._release((received.peer_id, received.batch.round))  # frees the peer's quota and the buffer
+                    self._held.release((received.peer_id, received.batch.round))  # the peer's quota and the buffer
                 else:
                     kept.append(received)
             self._queue = kept
@@ -332,11 +325,7 @@ class Inbox:
 
     def stats(self) -> TransportStats:
         with self._lock:
-            return TransportStats(
-                delivered_batches=self._stats.delivered_batches,
-                delivered_bytes=self._stats.delivered_bytes,
-                rejections=dict(self._stats.rejections),
-            )
+            return self._tally.stats()
 
     def _later(self, received: ReceivedBatch) -> bool:
         """Whether the batch is of a later round than the node's (rounds mode): held in the queue."""
@@ -348,43 +337,14 @@ class Inbox:
         stale = [r for r in self._queue if self._later(r) and r.batch.created_at < cutoff]
         for received in stale:
             self._queue.remove(received)
-            self._release((received.peer_id, received.batch.round))
-            self._tally(received.peer_id, STALE)
-
-    def _hold(self, key: tuple[str, int], size: int) -> None:
-        """Charge a batch to its peer's quota and to the buffer, at ``size`` bytes."""
-        self._pending[key] = size
-        self._pending_bytes += size
-        self._pending_by_peer[key[0]] = self._pending_by_peer.get(key[0], 0) + 1
-
-    def _release(self, key: tuple[str, int]) -> None:
-        """Free what ``_hold`` charged (nothing if it is not held)."""
-        size = self._pending.pop(key, None)
-        if size is None:
-            return
-        self._pending_bytes -= size
-        left = self._pending_by_peer.pop(key[0]) - 1
-        if left:
-            self._pending_by_peer[key[0]] = left
+            self._held.release((received.peer_id, received.batch.round))
+            self._tally.refused(received.peer_id, STALE)
 
     def _count(self, peer_id: str, reason: str) -> None:
-        self._tally(peer_id, reason)
+        self._tally.refused(peer_id, reason)
         if reason in PEER_FAULTS:
             self._reputation.refused(peer_id, self._clock())
         elif reason == MISSED_ROUND:
             self._reputation.missed(peer_id, self._clock())
         elif reason in (FETCH_FAILED, LATE_ROUND):
             self._reputation.failed(peer_id, self._clock())
-
-    def _tally(self, peer_id: str, reason: str) -> None:
-        """One rejection in ``stats().rejections``; past MAX_PEERS_TRACKED peers, the one refused longest ago has
-        its counts moved to ``OTHER_PEERS``."""
-        rejections = self._stats.rejections
-        rejections[(peer_id, reason)] = rejections.get((peer_id, reason), 0) + 1
-        reasons = self._rejected.pop(peer_id, set())
-        reasons.add(reason)
-        self._rejected[peer_id] = reasons
-        while len(self._rejected) > MAX_PEERS_TRACKED:
-            dropped, its_reasons = self._rejected.popitem(last=False)
-            for why in its_reasons:
-                rejections[(OTHER_PEERS, why)] = rejections.get((OTHER_PEERS, why), 0) + rejections.pop((dropped, why))
