@@ -101,7 +101,9 @@ def test_a_node_mutes_a_peer_with_made_up_logprobs_and_keeps_an_honest_peers_sco
 def test_a_step_its_peer_makes_not_finite_is_refused_the_peer_charged_and_the_node_goes_on():
     # C = ∞ (no truncation): the wire's lowest log-prob makes the TIS weight overflow, so the step is refused.
     hub = MemoryHub()
-    settings = dict(loss={"variant": "tis", "clip_c": float("inf")}, trainer={"learning_rate": 1e-3})
+    # (tis reads no g: the helper's g goes back to its default, which a variant that does not read it may keep)
+    settings = dict(loss={"variant": "tis", "clip_c": float("inf"), "divergence_threshold": 10.0},
+                    trainer={"learning_rate": 1e-3})
     receiver = make_node(hub, "receiver", **settings)
     mallory = make_node(hub, "mallory", seed=1, **settings)
     mallory.transport = Claims(mallory.transport, MIN_LOGPROB)
