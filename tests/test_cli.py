@@ -178,3 +178,32 @@ def test_a_bootstraps_config_file_is_checked_before_it_starts(tmp_path, table, e
     result = runner.invoke(app, ["bootstrap", "--config", str(path)])
     assert result.exit_code == 2 and error in result.output, result.output
 
+
+
+def test_join_with_a_known_real_model_brings_its_prompt_settings_and_a_config_file_still_chooses(tmp_path,
+                                                                                                  monkeypatch):
+    """``join --model smollm2-135m-instruct`` answers in its task's format without settings (checked where the node
+    is built, before any model is loaded); with a --config, the file's settings stand."""
+    from ftis.node.runner import join
+
+    seen = []
+
+    def fake_build_node(config, echo=None):
+        seen.append(config)
+        raise KeyboardInterrupt  # stop before anything is started
+
+    monkeypatch.setattr(join, "build_node", fake_build_node)
+    result = runner.invoke(app, ["join", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "smollm2-135m-instruct on arithmetic: 8 solved examples" in result.output
+    known = seen[-1]
+    assert (known.task.few_shot, known.model.chat_template, known.generation.stop,
+            known.generation.max_new_tokens) == (8, "off", ["\n"], 8)
+    config = tmp_path / "node.toml"
+    config.write_text('[model]\nname = "smollm2-135m-instruct"\n')
+    result = runner.invoke(app, ["join", "--config", str(config), "--out", str(tmp_path / "out2")])
+    assert result.exit_code == 0, result.output
+    mine = seen[-1]
+    assert (mine.task.few_shot, mine.model.chat_template, mine.generation.stop) == (0, "auto", [])
+    result = runner.invoke(app, ["join", "--model", "tiny-small", "--out", str(tmp_path / "out3")])
+    assert seen[-1].generation.max_new_tokens == 256 and "solved examples" not in result.output

@@ -47,20 +47,24 @@ def test_rounds_mode_waits_for_a_peer_that_is_behind_then_gives_up_at_the_deadli
     assert third.late_peers == 1  # round 2 of the peer is still missing at this round's deadline
 
 
-def test_rounds_mode_counts_an_early_batch_and_jumps_to_a_peer_that_is_ahead():
+def test_a_joining_node_starts_at_the_round_of_a_peer_that_is_ahead_and_counts_an_early_batch():
     hub = MemoryHub()
     peer = make_node(hub, "peer", generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
     node = rounds_node(hub, "node")
     peer.round = 7  # the peer has been running for a while
     peer.run_round()
-    report = node.run_round()
+    report = node.run_round()  # its first round is the swarm's: the peer's batch of it is out already
+    assert report.round == 7 and report.peer_groups_received == 1
     assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
-    assert report.peer_groups_received == 0  # the peer's round-7 batch is held for round 7
-    assert node.round == 7  # the next batch it publishes is round 7, the swarm's
-    report = node.run_round()  # the peer's batch of round 7 counts for round 7: no wait, and it is trained on now
-    assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
-    assert report.peer_groups_received == 1
     assert node.round == 8
+    peer.run_round()
+    peer.run_round()  # the peer's rounds 8 and 9: round 9's batch arrives early and is held for round 9
+    report = node.run_round()
+    assert report.round == 8 and report.peer_groups_received == 1
+    assert node.round == 9  # the peer reached round 9: the node falls into step
+    report = node.run_round()  # the batch held for round 9 counts: no wait, and it is trained on now
+    assert report.round == 9 and report.peer_groups_received == 1
+    assert report.late_peers == 0 and report.waited_seconds < DEADLINE / 2
 
 
 def test_async_mode_never_waits_for_a_missing_peer():
@@ -84,6 +88,20 @@ def test_rounds_mode_waits_for_min_peers_to_appear():
     peer.run_round()
     report = node.run_round()
     assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0 and report.peer_groups_received == 1
+
+
+def test_a_live_peer_beyond_the_window_counts_towards_min_peers_and_is_not_waited_for():
+    hub = MemoryHub()
+    peer = make_node(hub, "peer", generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
+    node = make_node(hub, "node", loop={"mode": "rounds", "round_deadline_s": DEADLINE, "min_peers": 1},
+                     generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})
+    peer.run_round()
+    assert node.run_round().peer_groups_received == 1  # round 0, together
+    peer.round = 50  # the peer moves far ahead (a long evaluation of this node's, say)
+    peer.run_round()
+    report = node.run_round()  # the peer is there: min_peers is met, and no batch of this round will come from it
+    assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0
+    assert node.round == 1 + node.config.loop.rounds_ahead  # one peer moves a running node a window at a time
 
 
 def test_rounds_mode_does_not_wait_for_a_muted_peer():
@@ -112,26 +130,24 @@ def test_one_peers_claim_of_a_far_round_moves_no_node_that_has_other_peers():
     honest.round, mallory.round = 3, MAX_ROUND
     honest.run_round()
     mallory.run_round()
-    node.run_round()
-    assert node.round == 3
+    assert node.run_round().round == 3
     for _ in range(2):
         honest.run_round()
         node.run_round()
-    assert node.round == 5 and node.transport.stats().published_batches == 3
+    assert node.round == 6 and node.transport.stats().published_batches == 3
 
 
 def test_a_lone_peers_claim_moves_a_joining_node_only_as_far_as_it_can_still_publish():
-    # A node takes the swarm's round at its first round that sees a peer, even from one peer (a running node does
+    # A joining node takes the swarm's round before its first round, even from one peer (a running node does
     # not: tests/test_rounds_hostile.py); never past MAX_JUMP_ROUND.
     hub = MemoryHub()
     mallory = make_node(hub, "mallory", generation=SMALL)
     node = rounds_node(hub, "node")
     mallory.round = MAX_ROUND
     mallory.run_round()
-    node.run_round()
-    assert node.round == MAX_JUMP_ROUND
-    node.run_round()  # the round after the jump encodes and publishes
-    assert node.transport.stats().published_batches == 2 and node.round == MAX_JUMP_ROUND + 1
+    assert node.run_round().round == MAX_JUMP_ROUND
+    node.run_round()  # the round after it encodes and publishes too
+    assert node.transport.stats().published_batches == 2 and node.round == MAX_JUMP_ROUND + 2
 
 
 def test_a_ghost_member_costs_a_few_deadlines_and_is_charged_for_each():

@@ -199,6 +199,11 @@ class Intake:
             self._peer_use.popitem(last=False)
         return dict(self._peer_use)
 
+    def join_round(self, round_: int) -> int:
+        """Rounds mode, before a round: ``round_``, or, for a node that has not yet trained beside a live peer, the
+        swarm's round (``rounds_barrier.py``)."""
+        return self._barrier.join(round_) if self._rounds_mode else round_
+
     def swarm_round(self) -> int:
         """Rounds mode, once a round is done: the round to jump to, where enough live peers are ahead (-1: none); the
         transport moves on to the next round (``rounds_barrier.py``)."""

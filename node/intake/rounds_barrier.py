@@ -18,7 +18,10 @@ three say, is muted within a few rounds and no longer waited for, while an hones
 missed ``MISSED_ROUNDS_IGNORED`` rounds in a row is not waited for until it delivers a newer round: a member that
 announces itself and never publishes (a ghost) costs a few deadlines, not every round.
 
-A node that finds its peers ahead jumps to their round (``swarm_round``), so the swarm falls into step: to a round
+A node that joins (or restarts) takes the swarm's round before its first round (``join``): it waits for
+``loop.min_peers`` live peers, up to the deadline, and starts at the round a majority of them reached, whose batches
+are out already, so that its very first step can train on them. A node that finds its peers ahead after a round
+jumps to their round (``swarm_round``), so the swarm falls into step: to a round
 a strict majority of its live peers have reached, and, beyond the window, at least ``FAR_JUMP_QUORUM`` of them,
 unless this node is joining (its first round that sees a peer: a joining or restarting node takes the swarm's round
 even from one peer). Short of that quorum it moves to the window's end: a node that fell behind its only peer (a
@@ -81,6 +84,26 @@ class RoundsBarrier:
         """This node is at round ``round_``: the transport hands over its batches and earlier ones from now on."""
         self._round = round_
         self.transport.set_round(round_, self._ahead)
+
+    def join(self, round_: int) -> int:
+        """A joining (or restarting) node's round before its first: it waits, up to ``loop.round_deadline_s``, until
+        ``loop.min_peers`` live peers are known (no wait with 0), then takes the round a strict majority of them reached
+        (at most ``MAX_JUMP_ROUND``), so that its first round is the swarm's, whose batches are out already, instead of
+        a round no peer will publish again. ``round_`` itself once it has joined, or while no live peer is known."""
+        if not self._joining:
+            return round_
+        deadline = time.monotonic() + self.config.loop.round_deadline_s
+        self.transport.poll_now()
+        while len(self._live_peers()) < self.config.loop.min_peers and time.monotonic() < deadline:
+            time.sleep(_REPOLL_S)
+            self.transport.poll_now()
+        rounds = self.transport.peer_rounds()
+        reached = sorted((rounds.newest(peer) for peer in self._live_peers()), reverse=True)
+        if not reached:
+            return round_
+        target = max(round_, min(reached[len(reached) // 2], MAX_JUMP_ROUND))  # reached by a strict majority
+        self.enter(target)
+        return target
 
     def wait(self, received: list[ReceivedBatch], round_: int) -> Waited:
         """Take arrivals until every awaited peer delivered round ``round_`` or the deadline passed."""
@@ -161,11 +184,14 @@ class RoundsBarrier:
 
     def _missing_peers(self, round_: int) -> set[str]:
         """Awaited peers that have not yet delivered a batch of this round or a later one (a batch that arrived
-        early, during an earlier round's wait, counts), plus a placeholder for each peer short of ``loop.min_peers``."""
+        early, during an earlier round's wait, counts), plus a placeholder for each live peer short of
+        ``loop.min_peers`` (a live peer not awaited, one beyond the window, still counts: it is there, and waiting
+        for it would only wait out the deadline)."""
         rounds = self.transport.peer_rounds()
         awaited = self._awaited(round_, rounds)
         wanted = self.config.loop.min_peers
-        placeholders = {f"(peer {k} of {wanted})" for k in range(len(awaited) + 1, wanted + 1)}
+        live = len(self._live_peers()) if wanted else 0
+        placeholders = {f"(peer {k} of {wanted})" for k in range(live + 1, wanted + 1)}
         budget = self.config.swarm.fetch_budget
         if budget:  # the batches it chose: placeholders only, so no peer is charged for a round it was not asked
             reached = sum(1 for latest in rounds.delivered.values() if latest >= round_)

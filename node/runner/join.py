@@ -15,6 +15,7 @@ from pathlib import Path
 from ftis.node.config import NodeConfig, load_config, validated
 from ftis.node.evaluation.evaluation import EvalResult
 from ftis.node.evaluation.periodic_eval import PeriodicEval
+from ftis.node.models.catalog import CATALOG, Prompting
 from ftis.node.records.metrics import RunMetrics
 from ftis.node.records.round_report import rejections_by_peer
 from ftis.node.records.utilisation import LoopClock
@@ -74,7 +75,27 @@ def join_config(request: JoinRequest) -> NodeConfig:
     data = base.model_dump()
     for section, values in overrides.items():
         data[section].update({key: value for key, value in values.items() if value is not None})
-    return validated(NodeConfig, data)
+    config = validated(NodeConfig, data)
+    if request.config is None and not request.resume:  # no file of the user's: a known model's own prompt settings
+        config = known_model_prompting(config)[0]
+    return config
+
+
+def known_model_prompting(config: NodeConfig) -> tuple[NodeConfig, Prompting | None]:
+    """``config`` with the prompt settings a known real model needs on its task (``models/catalog.py``: solved
+    examples, chat template, stop strings, new tokens), and those settings; ``config`` itself and None for another
+    model or a task the catalog has none for."""
+    known = CATALOG.get(config.model.name)
+    if known is None or Path(config.model.name).expanduser().exists():  # a folder of that name is the user's
+        return config, None
+    prompting = known.prompting_for(config.task.name, build_task(config.task).answer_format)
+    if prompting is None:
+        return config, None
+    data = config.model_dump()
+    data["task"]["few_shot"] = prompting.few_shot
+    data["model"]["chat_template"] = prompting.chat_template
+    data["generation"].update(stop=list(prompting.stop), max_new_tokens=prompting.max_new_tokens)
+    return validated(NodeConfig, data), prompting
 
 
 def checkpoint_config(out: Path) -> NodeConfig:
@@ -87,6 +108,8 @@ def join(request: JoinRequest, echo: Callable[[str], None]) -> None:
     """``ftis-node join``: the settings, the node's folders checked (before minutes of warm start and start-up),
     the node built, its rounds run until ``request.rounds`` or a stop."""
     config = join_config(request)
+    if request.config is None and not request.resume and (prompting := known_model_prompting(config)[1]):
+        echo(f"{config.model.name} on {config.task.name}: {prompting.describe()} (a --config chooses others)")
     check_node_folders(request.out, config.swarm.identity_path)
     node = build_node(config, echo=echo)
     run_node(node, request.rounds, request.out, echo, resume=request.resume)

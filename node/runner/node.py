@@ -114,8 +114,10 @@ class Node:
         ``helpers`` (the run loop's helper threads, ``helper_threads.py``): publishing and decoding peers'
         batches overlap generating and training, with the same results; the round waits for its publish after
         its step (raising its error), so the round's report counts it as before."""
-        self._start = self._snapshot()  # the state of the last completed round, for state_dict
         watch = Stopwatch()  # where the round's wall time goes (records/utilisation.py)
+        with watch.part("collect"):  # a node joining a swarm that is ahead starts at the swarm's round
+            self.round = self.intake.join_round(self.round)
+        self._start = self._snapshot()  # the state of the last completed round, for state_dict
         own = self._generate(watch, helpers)
         with watch.part("publish"):
             self._publish(own.batch, helpers)

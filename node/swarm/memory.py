@@ -75,6 +75,15 @@ class MemoryTransport(TransportBase):
 
     def receive(self, max_batches: int | None = None) -> list[ReceivedBatch]:
         self._check_open()
+        self._poll()
+        return super().receive(max_batches)
+
+    def poll_now(self) -> None:
+        """As the DHT transport's poll, at once: the announcements read, the batches chosen fetched into the inbox."""
+        self._check_open()
+        self._poll()
+
+    def _poll(self) -> None:
         admitted = []
         for peer_id, data in self._hub.announcements().items():
             if peer_id == self._peer_id:
@@ -96,10 +105,6 @@ class MemoryTransport(TransportBase):
         for announcement, descriptor in self._inbox.choose(admitted, self._fetch_budget, self._tie_s, self._rng,
                                                               self._horizon_s):
             self._fetch(announcement.peer_id, descriptor)
-        return super().receive(max_batches)
-
-    def poll_now(self) -> None:
-        pass  # receive reads the hub's announcements itself
 
     def _fetch(self, peer_id: str, descriptor: BatchDescriptor) -> None:
         data = self._hub.fetch(peer_id, descriptor.round)
