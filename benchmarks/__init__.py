@@ -24,6 +24,9 @@ Files:
 - ``poisoning.py``  the published attacks on decentralized GRPO (out-of-context, in-context, DoS, wrong answer) against
   an honest node, defences on and off (docs/swarm.md); ``poisoning_attacks/`` holds the attackers, the audit of the
   node's steps and the report.
+- ``late_joiner.py``  a node joining the demo's swarm after the others trained a while, as users run it: time from
+  ``join`` to its first step on a peer's group (cold and warm), its memory, its accuracy against its solo run
+  (docs/learning.md).
 - ``envelope.py``  what bounding a message from its msgpack headers costs against decoding, and what payloads of
   nested empty arrays cost a decoder with it (docs/protocol.md).
 - ``fuzz.py``  100,000+ fuzzed inputs to the protocol decoders and the node's announcement handling, with a limit

@@ -2,6 +2,7 @@
 memory, and how fast it learns against the same model alone.
 
     python -m benchmarks.late_joiner [--config DEMO.toml] [--joiner NAME] [--after N] [--rounds R] [--out DIR]
+                                     [--report]
 
 From a demo settings file (default: the packaged tiny demo, ``node/demo/config.toml``; ``examples/demo-real.toml``
 for the real models, after ``ftis-node models fetch --all``), exactly as a user runs the nodes (``ftis-node
@@ -69,6 +70,7 @@ class Joining:
     first_used_s: float | None = None  # ...and with a peer's group trained on
     first_round: int | None = None  # the round it started at: the swarm's
     swarm_round: int | None = None  # the others' newest round when it started
+    eval_s: float = 0.0  # of first_step_s: the evaluation at its first round (a benchmark's, not a user's default)
     peak_rss_mb: float = 0.0  # the node's Python process
     peak_p2pd_rss_mb: float = 0.0
 
@@ -149,7 +151,9 @@ def follow_joiner(child: Child, folder: Path, joining: Joining, started: float, 
         joining.peak_p2pd_rss_mb = max(joining.peak_p2pd_rss_mb, daemons)
         if joining.on_swarm_s is None and ON_SWARM in child.log.read_text(encoding="utf-8", errors="replace"):
             joining.on_swarm_s = time.monotonic() - started
-        steps = [r for r in read_records(folder) if is_step(r)]
+        records = read_records(folder)
+        steps = [r for r in records if is_step(r)]
+        joining.eval_s = first_evaluation_seconds(records)
         for record in steps:
             if joining.first_step_s is None:
                 joining.first_step_s, joining.first_round = record["time"] - wall0, record["round"]
@@ -162,6 +166,16 @@ def follow_joiner(child: Child, folder: Path, joining: Joining, started: float, 
         time.sleep(POLL_S)
     raise DemoError(f"{joining.label} did not write {until_steps} steps within {timeout_s:.0f} s; the end of "
                     f"{child.log}:\n{child.log_tail()}")
+
+
+def first_evaluation_seconds(records: list[dict[str, Any]]) -> float:
+    """Seconds the node evaluated before its first step (its evaluation at the start, when it has one)."""
+    seconds = 0.0
+    for record in records:
+        if is_step(record):
+            break
+        seconds += record.get("eval_seconds", 0.0)
+    return seconds
 
 
 def wait_rounds(folders: dict[str, Path], children: dict[str, Child], rounds: int, timeout_s: float) -> None:
@@ -246,19 +260,27 @@ def line_of(joining: Joining) -> str:
 
     cache = "page cache dropped" if joining.cache_dropped else "page cache as it was"
     return (f"{joining.label} ({cache}): on the swarm {s(joining.on_swarm_s)}, first step {s(joining.first_step_s)} "
-            f"(round {joining.first_round}; the others at {joining.swarm_round}), a peer's group received "
-            f"{s(joining.first_received_s)}, trained on {s(joining.first_used_s)}; peak RSS "
+            f"(evaluating {joining.eval_s:.1f} s of it) "
+            f"(round {joining.first_round}; the others were at {joining.swarm_round} when it started), a peer's group "
+            f"received {s(joining.first_received_s)}, trained on {s(joining.first_used_s)}; peak RSS "
             f"{joining.peak_rss_mb:.0f} MB (p2pd {joining.peak_p2pd_rss_mb:.0f} MB)")
 
 
-def report(result: dict[str, Any]) -> str:
-    lines = [line_of(Joining(**joining)) for joining in result["joinings"]]
+def report(result: dict[str, Any], out: Path) -> str:
+    """The printed figures of ``result``, what ``out`` holds read again where the result predates a figure."""
+    joinings = [Joining(**joining) for joining in result["joinings"]]
+    for joining in joinings:
+        joining.eval_s = first_evaluation_seconds(read_records(out / f"{result['joiner']}-{joining.label}"))
+    lines = [line_of(joining) for joining in joinings]
     lines.append("rounds trained | joined late: accuracy (SE) | alone: accuracy (SE)")
+    joined = {rounds: (accuracy, se) for rounds, accuracy, se in result["joined"]}
     alone = {rounds: (accuracy, se) for rounds, accuracy, se in result["alone"]}
-    for rounds, accuracy, se in result["joined"]:
-        other = alone.get(rounds)
-        lines.append(f"{rounds:>14} | {accuracy:6.1%} ({se:.1%}) | "
-                     + ("" if other is None else f"{other[0]:6.1%} ({other[1]:.1%})"))
+
+    def cell(point: tuple[float, float] | None) -> str:
+        return f"{'':>14}" if point is None else f"{point[0]:6.1%} ({point[1]:.1%})".rjust(14)
+
+    for rounds in sorted(joined.keys() | alone.keys()):
+        lines.append(f"{rounds:>14} | {cell(joined.get(rounds))} | {cell(alone.get(rounds))}")
     if "solo_final" in result:
         lines.append(f"the solo run's final accuracy {result['solo_final']:.1%}: reached after "
                      f"{result['joined_reaches_in']} rounds joined late, {result['alone_reaches_in']} alone")
@@ -272,10 +294,14 @@ def main() -> None:
     parser.add_argument("--after", type=int, default=50, help="rounds the others train before it joins")
     parser.add_argument("--rounds", type=int, default=100, help="rounds the joiner trains (and its solo run)")
     parser.add_argument("--out", type=Path, default=Path("runs") / "late-joiner" / time.strftime("%Y%m%d-%H%M%S"))
+    parser.add_argument("--report", action="store_true", help="the report of DIR/late_joiner.json; run nothing")
     args = parser.parse_args()
+    if args.report:
+        print(report(json.loads((args.out / "late_joiner.json").read_text(encoding="utf-8")), args.out))
+        return
     started = time.monotonic()
     result = run(args.config, args.joiner, args.after, args.rounds, args.out)
-    print(report(result))
+    print(report(result, args.out))
     load = os.getloadavg()[0]
     print(f"{time.monotonic() - started:.0f} s, load average {load:.1f} at the end; {args.out / 'late_joiner.json'}")
     print("command: " + subprocess.list2cmdline(["python", "-m", "benchmarks.late_joiner", *sys.argv[1:]]))
