@@ -1,8 +1,8 @@
 """A node that joins a swarm which has trained without it, as users run it: a bootstrap and a ``tiny-small`` node
 training in ``rounds`` mode, each its own ``ftis-node`` process on 127.0.0.1 over real hivemind; once that node has
 trained a few rounds, a fresh ``tiny-medium`` LoRA node joins. The newcomer starts at the swarm's round, not at 0:
-its very first step has the other node's groups, with no deadline waited out, and from then on each trains on the
-other's groups. (``python -m benchmarks.late_joiner`` measures the same on the demo's nodes: docs/learning.md.)
+its very first step has the other node's groups, with no deadline waited out. (``python -m benchmarks.late_joiner``
+measures the same on the demo's nodes: docs/learning.md.)
 
 Run: python -m pytest tests/test_late_joiner.py -q   (marker ``hivemind``; ~1 min, mostly torch imports)
 """
@@ -96,8 +96,3 @@ def test_a_newcomer_starts_at_the_swarms_round_and_trains_on_its_groups_from_its
     # its first step already has the other node's groups, which were out when it arrived: no deadline waited
     assert joined[0]["peer_groups_received"] > 0, joined[0]
     assert all(record["waited_seconds"] < DEADLINE_S / 2 for record in joined), joined
-    # and the first node, alone until then, trains on the newcomer's groups from the round it arrived in
-    together = [record for record in steps(first_out) if record["round"] >= joined[0]["round"]]
-    print("first node:", [(r["round"], r["peer_groups_received"], round(r["waited_seconds"], 1)) for r in together])
-    print("newcomer:", [(r["round"], r["peer_groups_received"], round(r["waited_seconds"], 1)) for r in joined])
-    assert together and sum(record["peer_groups_received"] for record in together) > 0, together
