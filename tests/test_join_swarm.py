@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.cli_process import CliProcess
+from helpers.join_config import write_join_config
 
 from ftis.node.swarm.peers.peer_view import read_peer_view
 
@@ -24,32 +25,7 @@ NODES = {"small": ("tiny-small", "full"), "medium": ("tiny-medium", "lora")}
 
 
 def node_config(folder: Path, model: str, adapter: str) -> Path:
-    path = folder / "node.toml"
-    path.write_text(f"""
-[model]
-name = "{model}"
-adapter = "{adapter}"
-lora_rank = 8
-lora_alpha = 16.0
-
-[generation]
-prompts_per_round = 2
-group_size = 4
-max_new_tokens = 8
-batch_size = 8
-
-[loop]
-mode = "rounds"
-round_deadline_s = 30.0
-min_peers = 1
-
-[swarm]
-run_id = "{RUN}"
-host_maddrs = ["/ip4/127.0.0.1/tcp/0"]
-announce_interval_s = 1.0
-poll_interval_s = 0.25
-""")
-    return path
+    return write_join_config(folder, model=model, adapter=adapter, run_id=RUN, round_deadline_s=30.0, min_peers=1)
 
 
 def step_records(folder: Path) -> list[dict]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli_process import CliProcess
+from helpers.join_config import write_join_config
 
 pytestmark = pytest.mark.hivemind
 
@@ -23,34 +24,8 @@ JOINER_ROUNDS = 3
 
 
 def node_config(folder: Path, model: str, adapter: str, min_peers: int) -> Path:
-    folder.mkdir()
-    path = folder / "node.toml"
-    path.write_text(f"""
-[model]
-name = "{model}"
-adapter = "{adapter}"
-
-[generation]
-prompts_per_round = 2
-group_size = 4
-max_new_tokens = 8
-batch_size = 8
-
-[eval]
-every = 0
-
-[loop]
-mode = "rounds"
-round_deadline_s = {DEADLINE_S}
-min_peers = {min_peers}
-
-[swarm]
-run_id = "{RUN}"
-host_maddrs = ["/ip4/127.0.0.1/tcp/0"]
-announce_interval_s = 1.0
-poll_interval_s = 0.25
-""")
-    return path
+    return write_join_config(folder, model=model, adapter=adapter, run_id=RUN, round_deadline_s=DEADLINE_S,
+                             min_peers=min_peers)
 
 
 def steps(folder: Path) -> list[dict]:

@@ -11,6 +11,7 @@
 - ``fault_peer.py``        a swarm peer in its own OS process (``python -m helpers.fault_peer``) for the fault tests
 - ``child_lines.py``       a helper process's stdout, line by line as it comes
 - ``cli_process.py``       ``ftis-node`` run as a user runs it, in a subprocess
+- ``join_config.py``       the config file of a tiny node in the ``ftis-node join`` swarm tests
 - ``metrics_fakes.py``     hand-built step reports for the metrics and display tests; a node folder made of them
 - ``experiment_grids.py``  the ``[quick]`` section the test grids share
 - ``logprob_check.py``     sampler log-probs against a teacher-forced recompute of the sampling distribution
