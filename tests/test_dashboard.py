@@ -147,8 +147,9 @@ def test_the_charts_are_labelled_with_the_declared_figures():
     drawn = [line for chart in layout() for line in chart["lines"]]
     assert {line["label"] for line in drawn} <= tags
     assert {line["key"] for line in drawn} >= {"own_reward", "eval_accuracy", "train_filtered_divergence_fraction",
-                                               "train_is_weight_mean", "bytes_sent", "utilisation"}
-    assert len(CHARTS) == 6
+                                               "train_is_weight_mean", "train_own_logprob_gap", "bytes_sent",
+                                               "utilisation"}
+    assert len(CHARTS) == 7
 
 
 def test_two_folders_of_the_same_name_are_told_apart():

@@ -178,9 +178,9 @@ def world(tmp_path_factory) -> Iterator[World]:
         trained: list[list[TrainingGroup]] = []
         step = node.trainer.step
 
-        def recording_step(groups: list[TrainingGroup]):
+        def recording_step(groups: list[TrainingGroup], own_peer_id: str | None = None):
             trained.append(list(groups))
-            return step(groups)
+            return step(groups, own_peer_id)
 
         node.trainer.step = recording_step
         yield World(swarm, Honest(node, peer, recorder, trained), bob, HostilePeer(mallory, FINGERPRINT))

@@ -43,9 +43,9 @@ def recorded(node: Node) -> tuple[list, list]:
         received.extend(items)
         return items
 
-    def stepping(groups):
+    def stepping(groups, own_peer_id=None):
         steps.append(list(groups))
-        return step(groups)
+        return step(groups, own_peer_id)
 
     node.transport.receive, node.trainer.step = receiving, stepping
     return received, steps

@@ -175,6 +175,39 @@ def test_a_step_trains_and_reports():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
+def with_sampler_logprobs(group: TrainingGroup, logprobs: list[list[float]]) -> TrainingGroup:
+    flat = np.array([value for row in logprobs for value in row], dtype=np.float32)
+    return dataclasses.replace(group, completions=dataclasses.replace(group.completions, sampler_logprobs=flat))
+
+
+def test_the_step_measures_its_own_samples_against_the_trainer_apart_from_the_peers():
+    model = tiny_model()
+    rng = np.random.default_rng(5)
+    own = make_group(rng, "own", [1.0, 0.0, 1.0, 0.0])
+    exact = naive_logprobs(model, own)  # what the trainer computes for them before the step
+    shifted = [[value + (0.5 if row == 1 else 0.0) for value in values] for row, values in enumerate(exact)]
+    groups = [with_sampler_logprobs(own, shifted), make_group(rng, "peer", [1.0, 0.0, 0.0, 0.0], off_policy=True)]
+    trainer = Trainer(model, "full", LossConfig(divergence_threshold=1e9), TrainerConfig(learning_rate=1e-3))
+    step = trainer.step(groups, own_peer_id="me")
+    tokens, shifted_tokens = sum(map(len, exact)), len(exact[1])
+    assert step.own_logprob_gap == pytest.approx(0.5 * shifted_tokens / tokens, abs=1e-5)  # the peer's are not own
+    assert step.own_ratio_outside == pytest.approx(shifted_tokens / tokens)  # e^0.5 = 1.65: outside [0.8, 1.25]
+    assert step.own_filtered_fraction == 0  # the filter judges peers' samples only, unless filter_local
+    unnamed = Trainer(tiny_model(), "full", LossConfig(divergence_threshold=1e9), TrainerConfig()).step(groups)
+    assert unnamed.own_logprob_gap == 0 and unnamed.own_ratio_outside == 0  # no own id: nothing is counted as own
+
+
+def test_with_filter_local_the_filters_drops_of_own_samples_are_counted_apart():
+    model = tiny_model()
+    rng = np.random.default_rng(6)
+    own = dataclasses.replace(make_group(rng, "own", [1.0, 0.0, 1.0, 0.0]), off_policy=True)  # as filter_local makes it
+    far = [[value - 5.0 for value in values] for values in naive_logprobs(model, own)]  # D far above g = 0.5
+    trainer = Trainer(model, "full", LossConfig(divergence_threshold=0.5), TrainerConfig())
+    step = trainer.step([with_sampler_logprobs(own, far)], own_peer_id="me")
+    assert step.own_filtered_fraction == 1.0 and step.own_ratio_outside == 1.0
+    assert not step.filtered_by_peer  # counted as its own, not as a peer's
+
+
 def test_only_equal_rewards_means_no_step():
     model = tiny_model()
     before = [p.detach().clone() for p in model.parameters()]

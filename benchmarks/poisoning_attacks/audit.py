@@ -65,13 +65,13 @@ class StepAudit:
     def __getattr__(self, name: str):
         return getattr(self._trainer, name)
 
-    def step(self, groups: list[TrainingGroup]):
+    def step(self, groups: list[TrainingGroup], own_peer_id: str | None = None):
         theirs = [group for group in groups if group.peer_id == self._attacker_id]
         raised, lowered = pushes(self._node, theirs, self._trainer.policy_version) if theirs else (0, 0)
         self.log.groups.append(len(theirs))
         self.log.raised.append(raised)
         self.log.lowered.append(lowered)
-        return self._trainer.step(groups)
+        return self._trainer.step(groups, own_peer_id)
 
 
 def pushes(node: Node, groups: list[TrainingGroup], step: int) -> tuple[int, int]:

@@ -49,6 +49,8 @@ CHARTS: tuple[Chart, ...] = (
     Chart("filtered fraction, by reason", (_step("filtered_fraction"), _step("filtered_advantage_fraction"),
                                            _step("filtered_divergence_fraction")), zero_to_one=True),
     Chart("IS weight", (_step("is_weight_mean"), _step("is_weight_max"))),
+    Chart("own samples against the trainer", (_step("own_logprob_gap"), _step("own_ratio_outside"),
+                                              _step("own_filtered_fraction"))),
     Chart("traffic (bytes per round)", (_swarm("bytes_sent"), _swarm("bytes_received"))),
     Chart("utilisation (share of the loop's wall time)", (_round("utilisation"),), zero_to_one=True),
 )

@@ -131,7 +131,7 @@ class Node:
         with watch.part("select"):
             grouped = self.intake.groups(own.groups, peers)
         with watch.part("train"):
-            step = self.trainer.step(grouped.merged.groups)
+            step = self.trainer.step(grouped.merged.groups, own_peer_id=self.transport.peer_id)
         if helpers is not None:
             with watch.part("publish"):
                 helpers.publisher.flush()

@@ -17,6 +17,7 @@ How a figure gets its value:
 - otherwise ``Trainer.step`` passes it by name (counts, the gradient norm, the time taken).
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from ftis.node.loss import LossOutputs
 from ftis.node.trainer.groups import TrainingGroup
 
 RECORD_PREFIX = "train_"  # a figure's key in the flat record: train_<name>
+OUTSIDE_LOG_RATIO = math.log(1.25)  # a ratio outside [0.8, 1.25] = [1/1.25, 1.25]: |log ratio| above log 1.25
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,14 @@ class StepFigures:
     # tokens whose weight exp(old - sampler) exceeded C
     truncated_fraction: float = figure(combine="tokens", tag="is/truncated_fraction", shown=True, unit="fraction")
     divergence_mean: float = figure(combine="off_policy", tag="divergence/mean", shown=True)  # mean D_i, off-policy
+    # this node's own samples against the model they train (the trainer's log-probs before the step): the mean
+    # |log π_θ − log π_sample| over their tokens, and the share of tokens whose ratio is outside [0.8, 1.25]. Zero with
+    # float32 sampling and no top-k / top-p; a sampler copy in fewer bits ([generation] weights) shows here.
+    own_logprob_gap: float = figure(tag="mismatch/own_logprob_gap")
+    own_ratio_outside: float = figure(tag="mismatch/own_ratio_outside", unit="fraction")
+    # ...and of its own completions the filter judged (all of them with [loss] filter_local, else none), the share
+    # it dropped as divergent or implausible: apart from the peers' (``filtered_by_peer``)
+    own_filtered_fraction: float = figure(tag="filter/own_fraction", unit="fraction")
     seconds: float = figure()  # wall time of the step
     # by the groups' peer_id: evidence for the peers' scores (swarm/peers/reputation.py)
     filtered_by_peer: dict[str, PeerFiltered] = figure(factory=dict)
@@ -106,6 +116,7 @@ class LossSums:
         self._values = dict.fromkeys(self._combine, 0.0)
         self._weights = {"tokens": 0, "off_policy": 0}  # the step's, for the weighted means
         self.by_peer: dict[str, PeerFiltered] = {}
+        self._own = {"tokens": 0, "gap": 0.0, "outside": 0, "judged": 0, "filtered": 0}
 
     @property
     def loss(self) -> float:
@@ -130,16 +141,17 @@ class LossSums:
         self._weights["tokens"] += tokens
         self._weights["off_policy"] += off_policy_rows
 
-    def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor, implausible: Tensor) -> None:
+    def add_peers(self, groups: list[TrainingGroup], divergence_filtered: Tensor, implausible: Tensor,
+                  own_peer_id: str | None = None) -> None:
         """Count the off-policy ``groups``' judged, divergence-filtered, taught (positive advantage) and taught but
-        implausible completions by peer; ``pack`` lays out a micro-batch's rows group after group, each group's
-        completions in order."""
+        implausible completions by peer (the node's own, ``own_peer_id``, apart: ``add_own``); ``pack`` lays out a
+        micro-batch's rows group after group, each group's completions in order."""
         divergent, odd = divergence_filtered.tolist(), implausible.tolist()  # (B,)
         start = 0
         for group in groups:
             rows = range(start, start + group.size)
             start += group.size
-            if group.off_policy:
+            if group.off_policy and group.peer_id != own_peer_id:
                 judged = group.completions.lengths > 0
                 taught = judged & (group.advantages > 0) if group.advantages is not None else judged
                 before = self.by_peer.get(group.peer_id, PeerFiltered(0, 0, 0, 0))
@@ -149,8 +161,25 @@ class LossSums:
                     before.taught + int(taught.sum()),
                     before.implausible + sum(odd[r] and bool(t) for r, t in zip(rows, taught, strict=True)))
 
+    def add_own(self, trainer: Tensor, sampler: Tensor, loss_mask: Tensor, own: Tensor, judged: Tensor,
+                dropped: Tensor) -> None:
+        """One micro-batch's own samples: the trainer's and the sampler's (B, T) log-probs over ``loss_mask``, the
+        (B,) ``own`` rows, those the filter ``judged`` (off-policy) and those it ``dropped`` for divergence or
+        implausibility."""
+        mask = loss_mask & own[:, None]
+        gap = (trainer.detach().float() - sampler.float()).abs()[mask]
+        self._own["tokens"] += int(gap.numel())
+        self._own["gap"] += float(gap.sum())
+        self._own["outside"] += int((gap > OUTSIDE_LOG_RATIO).sum())
+        self._own["judged"] += int((own & judged).sum())
+        self._own["filtered"] += int((own & judged & dropped).sum())
+
     def figures(self) -> dict[str, Any]:  # keyword arguments of StepFigures: floats, one per loss figure
-        """The step's loss figures: "sequences" sums need no division (the shares are over the step)."""
+        """The step's loss figures ("sequences" sums need no division: the shares are over the step) and its own
+        samples' mismatch and filtered share."""
         over = {"sequences": 1, "max": 1, "tokens": max(self._weights["tokens"], 1),
                 "off_policy": max(self._weights["off_policy"], 1)}
-        return {name: value / over[self._combine[name]] for name, value in self._values.items()}
+        own, tokens = self._own, max(self._own["tokens"], 1)
+        return {**{name: value / over[self._combine[name]] for name, value in self._values.items()},
+                "own_logprob_gap": own["gap"] / tokens, "own_ratio_outside": own["outside"] / tokens,
+                "own_filtered_fraction": own["filtered"] / max(own["judged"], 1)}

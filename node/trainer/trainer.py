@@ -51,7 +51,9 @@ class Trainer:
         if not self.parameters:
             raise ValueError("the model has no trainable parameters")
         self._lr = config.lr_for(adapter)
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=self._lr, weight_decay=config.weight_decay)
+        # fused: one kernel over every tensor (SmolLM2-135M on one CPU thread: 0.20 s a step against 0.85 s)
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=self._lr, weight_decay=config.weight_decay,
+                                           fused=_fusable(self.parameters))
         self.policy_version = policy_version
         if config.gradient_checkpointing:
             _checkpoint_activations(model)
@@ -72,7 +74,9 @@ class Trainer:
             group["lr"], group["weight_decay"] = self._lr, self._config.weight_decay
         self.policy_version = int(state["policy_version"])
 
-    def step(self, groups: list[TrainingGroup]) -> StepFigures:
+    def step(self, groups: list[TrainingGroup], own_peer_id: str | None = None) -> StepFigures:
+        """One optimizer step on ``groups``; ``own_peer_id``: the node's own id, whose groups' mismatch with the
+        trainer is measured apart (``StepFigures.own_logprob_gap``)."""
         started = time.perf_counter()
         gathered = advantage_groups(groups)
         kept = [_with_advantages(together, self._loss.advantage_norm)  # the advantage groups trained on
@@ -86,7 +90,7 @@ class Trainer:
         params = loss_params(self._loss, step=self.policy_version)
         self.model.train()
         try:
-            sums = self._backward(kept, params)
+            sums = self._backward(kept, params, own_peer_id)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self._config.max_grad_norm))
         except Exception:
             if not any(group.off_policy and group.peer_id for group in informative):
@@ -121,7 +125,7 @@ class Trainer:
             **sums.figures(),
         )
 
-    def _backward(self, gathered: list[list[TrainingGroup]], params) -> LossSums:
+    def _backward(self, gathered: list[list[TrainingGroup]], params, own_peer_id: str | None = None) -> LossSums:
         """Gradients of the loss over the advantage groups ``gathered`` in the parameters' ``.grad``."""
         self.optimizer.zero_grad(set_to_none=True)
         total = sum(group.size for together in gathered for group in together)
@@ -133,7 +137,11 @@ class Trainer:
             share = float(out.figures.num_sequences) / total
             (out.loss * share).backward()
             sums.add(out, packed.loss_mask, packed.off_policy, share)
-            sums.add_peers(micro.groups, out.divergence_filtered, out.implausible)
+            sums.add_peers(micro.groups, out.divergence_filtered, out.implausible, own_peer_id)
+            own = torch.tensor([group.peer_id == own_peer_id and not group.per_sequence
+                                for group in micro.groups for _ in range(group.size)], dtype=torch.bool)
+            sums.add_own(logprobs, packed.sampler_logprobs, packed.loss_mask, own, packed.off_policy,
+                         out.divergence_filtered | out.implausible)
         return sums
 
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
@@ -189,3 +197,12 @@ def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool
     if per_sequence:
         return SequenceLossInputs(sampler_sequence_logprobs=packed.sampler_sequence_logprobs, **common)
     return LossInputs(sampler_logprobs=packed.sampler_logprobs, **common)
+
+
+def _fusable(parameters: list[torch.Tensor]) -> bool:
+    """Whether torch has a fused AdamW for these parameters: floating point, all on one device of a kind it fuses on."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    devices = {parameter.device for parameter in parameters}
+    return (len(devices) == 1 and next(iter(devices)).type in _get_fused_kernels_supported_devices()
+            and all(parameter.is_floating_point() for parameter in parameters))
