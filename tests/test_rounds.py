@@ -90,6 +90,22 @@ def test_rounds_mode_waits_for_min_peers_to_appear():
     assert report.waited_seconds < DEADLINE / 2 and report.late_peers == 0 and report.peer_groups_received == 1
 
 
+def test_nodes_that_start_together_look_for_each_other_briefly_not_for_a_whole_deadline(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ftis.node.intake import rounds_barrier
+
+    monkeypatch.setattr(rounds_barrier, "JOIN_LOOK_S", 0.5)  # a peer announces with its first batch: none shows yet
+    hub = MemoryHub()
+    nodes = [make_node(hub, name, loop={"mode": "rounds", "round_deadline_s": 30.0, "min_peers": 1},
+                       generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3}) for name in "ab"]
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda node: node.run_round(), nodes))
+    assert time.monotonic() - started < 15.0  # each waited half a second for the other, then for its batch
+    assert [report.round for report in reports] == [0, 0] and all(r.peer_groups_received == 1 for r in reports)
+
+
 def test_a_live_peer_beyond_the_window_counts_towards_min_peers_and_is_not_waited_for():
     hub = MemoryHub()
     peer = make_node(hub, "peer", generation={"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 3})

@@ -18,9 +18,10 @@ three say, is muted within a few rounds and no longer waited for, while an hones
 missed ``MISSED_ROUNDS_IGNORED`` rounds in a row is not waited for until it delivers a newer round: a member that
 announces itself and never publishes (a ghost) costs a few deadlines, not every round.
 
-A node that joins (or restarts) takes the swarm's round before its first round (``join``): it waits for
-``loop.min_peers`` live peers, up to the deadline, and starts at the round a majority of them reached, whose batches
-are out already, so that its very first step can train on them. A node that finds its peers ahead after a round
+A node that joins (or restarts) takes the swarm's round before its first round (``join``): it looks for
+``loop.min_peers`` live peers for a few seconds (``JOIN_LOOK_S``: a swarm starting together has none to show yet) and
+starts at the round a majority of them reached, whose batches are out already, so that its very first step can train
+on them. A node that finds its peers ahead after a round
 jumps to their round (``swarm_round``), so the swarm falls into step: to a round
 a strict majority of its live peers have reached, and, beyond the window, at least ``FAR_JUMP_QUORUM`` of them,
 unless this node is joining (its first round that sees a peer: a joining or restarting node takes the swarm's round
@@ -52,6 +53,10 @@ MAX_JUMP_ROUND = MAX_ROUND // 2
 MAX_PEERS_NOTED = 4096
 _POLL_S = 0.05  # how often the local inbox is checked while waiting (no network call)
 _REPOLL_S = 0.1  # ...and how often the transport is asked to read the announcements meanwhile
+# How long a joining node looks for live peers before its first round: peers already training have announced
+# themselves and show at the first reads; peers starting with it announce only with their first batch, so in a swarm
+# that starts together every node would otherwise wait out the whole deadline for the others, and all of them in vain.
+JOIN_LOOK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -86,13 +91,14 @@ class RoundsBarrier:
         self.transport.set_round(round_, self._ahead)
 
     def join(self, round_: int) -> int:
-        """A joining (or restarting) node's round before its first: it waits, up to ``loop.round_deadline_s``, until
-        ``loop.min_peers`` live peers are known (no wait with 0), then takes the round a strict majority of them reached
+        """A joining (or restarting) node's round before its first: it waits, up to ``JOIN_LOOK_S`` (or the round's
+        deadline, if shorter), until ``loop.min_peers`` live peers are known (no wait with 0), then takes the round a
+        strict majority of them reached
         (at most ``MAX_JUMP_ROUND``), so that its first round is the swarm's, whose batches are out already, instead of
         a round no peer will publish again. ``round_`` itself once it has joined, or while no live peer is known."""
         if not self._joining:
             return round_
-        deadline = time.monotonic() + self.config.loop.round_deadline_s
+        deadline = time.monotonic() + min(self.config.loop.round_deadline_s, JOIN_LOOK_S)
         self.transport.poll_now()
         while len(self._live_peers()) < self.config.loop.min_peers and time.monotonic() < deadline:
             time.sleep(_REPOLL_S)
