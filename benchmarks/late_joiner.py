@@ -215,7 +215,7 @@ def run(config_path: Path | None, joiner: str | None, after: int, rounds: int, o
         swarm = {}
         for name in others:
             path = write_node_config(swarm_folders[name], settings[name], run_id, maddr,
-                                     loop={**loop, "min_peers": len(others) - 1})
+                                     over={"loop": {**loop, "min_peers": len(others) - 1}})
             endless = after + 10 * (rounds + WARM_ROUNDS) + 100  # stopped once the joiners are done
             swarm[name] = children.start(name, join_args(path, maddr, swarm_folders[name], endless),
                                          swarm_folders[name] / NODE_LOG, env)
@@ -224,7 +224,8 @@ def run(config_path: Path | None, joiner: str | None, after: int, rounds: int, o
         joinings = []
         for label, steps, drop in (("cold", rounds, True), ("warm", WARM_ROUNDS, False)):
             folder = out / f"{joiner}-{label}"
-            path = write_node_config(folder, settings[joiner], run_id, maddr, loop={**loop, "min_peers": len(others)})
+            path = write_node_config(folder, settings[joiner], run_id, maddr,
+                                     over={"loop": {**loop, "min_peers": len(others)}})
             joining = Joining(label, cache_dropped=drop and drop_page_cache())
             started = time.monotonic()
             child = children.start(f"{joiner}-{label}", join_args(path, maddr, folder, steps), folder / NODE_LOG, env)
@@ -236,7 +237,7 @@ def run(config_path: Path | None, joiner: str | None, after: int, rounds: int, o
         result["joinings"] = [asdict(joining) for joining in joinings]
         solo_folder = out / f"{joiner}-solo"
         path = write_node_config(solo_folder, settings[joiner], run_id + SOLO_RUN_SUFFIX, maddr,
-                                 loop={"mode": "async", "min_peers": 0})
+                                 over={"loop": {"mode": "async", "min_peers": 0}})
         echo(f"{joiner} alone, {rounds} rounds")
         solo = children.start(f"{joiner}-solo", join_args(path, maddr, solo_folder, rounds), solo_folder / NODE_LOG,
                               env)

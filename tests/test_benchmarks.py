@@ -7,6 +7,7 @@ Run: python -m pytest tests/test_benchmarks.py -q
 """
 
 import importlib
+import json
 import re
 import sys
 import types
@@ -110,6 +111,39 @@ def test_learning_benchmark_sums_seeds_up_as_mean_and_standard_error(benchmarks)
     real = learning.node_config(learning.REAL_NODE, 1, (), str(learning.REAL_DEMO))  # --real's node
     assert (real.model.name, real.model.seed, real.loop.mode) == ("smollm2-135m-instruct", 1, "async")
     assert real.task.few_shot > 0 and real.generation.stop
+
+
+def test_real_demo_benchmark_reads_each_seeds_summary_and_says_which_goals_each_node_missed(benchmarks, tmp_path,
+                                                                                            capsys):
+    real_demo = benchmarks("real_demo")
+    settings = real_demo.seed_settings(real_demo.DEFAULT_CONFIG, 2, 5, tmp_path / "seed-2.toml")
+    from ftis.node.demo.settings import load_demo_config
+
+    demo = load_demo_config(settings)
+    assert demo.demo.rounds == 5 and {config.model.seed for config in demo.node_configs().values()} == {2}
+    assert len(demo.node_configs()) >= 3  # the real demo: three real nodes
+
+    def node(name, start, end, solo):  # a node's row of the demo's summary.json
+        return {"name": name, "model": "smollm2-135m-instruct", "adapter": "full", "change": end - start,
+                "start_accuracy": start, "start_error": 0.01, "end_accuracy": end, "end_error": 0.03,
+                "solo_end_accuracy": solo, "solo_end_error": 0.04, "ahead_of_solo": end - solo,
+                "ahead_of_solo_errors": (end - solo) / 0.05}
+
+    for seed, rows, seconds in ((0, [node("a", 0.03, 0.47, 0.35), node("b", 0.11, 0.17, 0.15)], 840.0),
+                                (1, [node("a", 0.03, 0.45, 0.44), node("b", 0.11, 0.25, 0.10)], 1000.0)):
+        folder = tmp_path / "runs" / f"seed-{seed}"
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({"solo_ran": True, "nodes": rows}))
+        (folder / real_demo.WALL).write_text(json.dumps({"seconds": seconds}))
+    real_demo.main(["--seeds", "0", "1", "--out", str(tmp_path / "runs")])  # read, not run again
+    printed = capsys.readouterr().out
+    model = "smollm2-135m-instruct (full)"
+    assert f"| 0 | a ({model}) | 3.0% ± 1.0 | 47.0% ± 3.0 | 35.0% ± 4.0 | +44.0 | +12.0 (2.4 SE) |" in printed
+    assert f"| 0 | b ({model}) | 11.0% ± 1.0 | 17.0% ± 3.0 | 15.0% ± 4.0 | +6.0 ✗ | +2.0 (0.4 SE) ✗" in printed
+    assert "16.7 min (over 15)" in printed
+    assert "a: gain +43.0 ± 1.0 points, end − solo +6.5 ± 5.5 points; goals met on 2/2 seeds (gain), 1/2 (lead)" \
+        in printed
+    assert "wall time 14.0–16.7 min (goal ≤ 15): 1/2 seeds within it" in printed
 
 
 @pytest.mark.hivemind

@@ -94,8 +94,9 @@ def test_each_nodes_file_is_a_valid_node_config_joined_to_the_bootstrap(tmp_path
         assert (node.swarm.run_id, node.swarm.initial_peers, node.swarm.host_maddrs) == ("demo-run", [maddr],
                                                                                         [LOOPBACK])
     solo = load_config(write_node_config(tmp_path / "solo", config.node_settings()["small"], "solo-run", maddr,
-                                         loop={"mode": "async", "min_peers": 0}))
+                                         over={"loop": {"mode": "async", "min_peers": 0}, "eval": {"at_start": False}}))
     assert (solo.loop.mode, solo.loop.min_peers, solo.swarm.run_id) == ("async", 0, "solo-run")
+    assert not solo.eval.at_start and solo.eval.every == config.node_configs()["small"].eval.every
     args = join_args(path, maddr, tmp_path / "x", rounds=7)
     assert args[args.index("--rounds") + 1] == "7" and args[args.index("--peer") + 1] == maddr
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from helpers.metrics_fakes import AFTER, report
 
-from ftis.node.demo.follow import MetricsFollower, NodeProgress, read_progress
+from ftis.node.demo.follow import MetricsFollower, NodeProgress, read_progress, with_start_of
 from ftis.node.demo.plot import moving_average, plot_accuracy
 from ftis.node.demo.summary import SOLO_NOT_RUN, as_json, headline, markdown, rich_table, summarize
 from ftis.node.demo.view import LinesView, row, step_line
@@ -78,11 +78,36 @@ def test_markdown_shows_solo_columns_only_when_the_baseline_ran():
     with_solo = markdown([summarize(progress(), solo=progress(accuracies=(0.3, 0.3, 0.2)))], solo_ran=True)
     assert "solo end" in with_solo and SOLO_NOT_RUN not in with_solo
     assert "| 0.200 | 0.267 |" in with_solo
-    assert [column.header for column in rich_table(rows, solo_ran=False).columns][:6] == [
-        "node", "model", "acc\nstart", "acc\nend", "change", "mean\nacc"]  # traffic is left to summary.md
+    assert [column.header for column in rich_table(rows, solo_ran=False).columns][:5] == [
+        "node", "model", "acc\nstart", "acc\nend", "change"]  # the means and traffic are left to summary.md
     assert "of 3 rounds" in rich_table(rows, solo_ran=False).title
     assert len(rich_table(rows, solo_ran=True).columns) == len(rich_table(rows, solo_ran=False).columns) + 3
     assert as_json(rows, solo_ran=False)["nodes"][0]["change"] == pytest.approx(0.15)
+
+
+def with_errors(node: NodeProgress, error: float) -> NodeProgress:
+    return replace(node, evaluations=[replace(e, standard_error=error) for e in node.evaluations])
+
+
+def test_the_start_the_end_and_the_solo_end_carry_their_standard_errors_and_the_lead_counts_them():
+    summary = summarize(with_errors(progress(), 0.03), solo=with_errors(progress(accuracies=(0.30, 0.32, 0.34)), 0.04))
+    assert summary.ahead_of_solo == pytest.approx(0.11)
+    assert summary.ahead_of_solo_errors == pytest.approx(0.11 / 0.05)  # sqrt(0.03² + 0.04²)
+    table = markdown([summary], solo_ran=True)
+    assert "| 0.300 ± 0.030 | 0.450 ± 0.030 | +0.150 | 0.367 | 0.340 ± 0.040 | 0.320 | +0.110 (2.2 SE) |" in table
+    assert "end − solo" in [column.header.replace("\n", " ") for column in rich_table([summary], True).columns]
+    assert as_json([summary], solo_ran=True)["nodes"][0]["ahead_of_solo_errors"] == pytest.approx(2.2)
+    assert "(SE)" in headline([summary], solo_ran=True) and "(SE)" not in headline([summary], solo_ran=False)
+
+
+def test_a_solo_run_that_skipped_its_start_takes_its_twins_first_evaluation():
+    swarm = progress()
+    solo = NodeProgress("small-solo", "tiny-small", "full")
+    solo.extend([step(0), evaluation(3, 0.40, 2)])  # at_start off: its first evaluation is its last round's
+    shared = with_start_of(solo, swarm)
+    assert [(e.round, e.accuracy) for e in shared.evaluations] == [(0, 0.30), (3, 0.40)]
+    assert with_start_of(progress(), swarm).evaluations == progress().evaluations  # one of its own: kept
+    assert summarize(swarm, shared).solo_mean_accuracy == pytest.approx(0.35)
 
 
 def test_live_row_before_and_after_the_first_step():

@@ -169,6 +169,12 @@ def test_the_schedule_evaluates_first_then_past_each_multiple():
     assert not any(EvalSchedule(every=0).due(round) for round in range(20))
 
 
+def test_a_schedule_not_at_start_skips_the_first_round_only():
+    schedule = EvalSchedule(every=5, at_start=False)
+    seen = [round for round in [0, 1, 4, 5, 9, 10] if schedule.due(round) and schedule.done(round) is None]
+    assert seen == [5, 10]
+
+
 def _solo_node(config: NodeConfig):
     """A node alone on an in-memory transport."""
     from ftis.node.runner.join import build_node

@@ -48,6 +48,10 @@ class EvalConfig(Section):
     every: int = Field(
         0, ge=0, le=MAX_COUNT, description="Evaluate at the start of a run and after every N-th round; 0 = never."
     )
+    at_start: bool = Field(
+        True, description="Also evaluate before the first round (the model as it starts); false where that figure is "
+        "known already (the demo's solo runs start from their swarm twin's model)."
+    )
     split: str | None = Field(
         None, description='The split evaluated; unset: "test" (the held-out split of every built-in task).'
     )

@@ -13,7 +13,7 @@ meets half-written has no newline yet and is kept until it is complete. Step rec
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,16 @@ class NodeProgress:
     @property
     def latest_evaluation(self) -> Evaluation | None:
         return self.evaluations[-1] if self.evaluations else None
+
+
+def with_start_of(solo: NodeProgress, twin: NodeProgress) -> NodeProgress:
+    """``solo`` with its swarm ``twin``'s first evaluation in front when it made none at that round: the solo run
+    starts from the same model (same warm start and seed), whose evaluation, greedy on the same problems, is the
+    same; the demo's solo runs do not make it again (``eval.at_start`` off)."""
+    first = twin.evaluations[0] if twin.evaluations else None
+    if first is None or (solo.evaluations and solo.evaluations[0].round <= first.round):
+        return solo
+    return replace(solo, evaluations=[first, *solo.evaluations])
 
 
 class MetricsFollower:

@@ -55,11 +55,11 @@ def join_args(config: Path, maddr: str, folder: Path, rounds: int) -> list[str]:
 
 
 def write_node_config(folder: Path, settings: Mapping[str, Any], run_id: str, peer: str,
-                      loop: Mapping[str, Any] | None = None) -> Path:
+                      over: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """The node's config file in ``folder``: its settings, joined to ``peer`` in ``run_id`` on loopback
-    (unless its settings name other addresses); ``loop`` replaces loop settings (the solo baseline's)."""
+    (unless its settings name other addresses); ``over``'s sections laid over its own (the solo baseline's loop)."""
     swarm = {"host_maddrs": [LOOPBACK], **settings.get("swarm", {}), "run_id": run_id, "initial_peers": [peer]}
-    data = merged(dict(settings), {"swarm": swarm, **({"loop": dict(loop)} if loop else {})})
+    data = merged(merged(dict(settings), dict(over or {})), {"swarm": swarm})
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / NODE_CONFIG
     write_toml(path, data)

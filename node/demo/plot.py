@@ -1,5 +1,6 @@
 """The demo's PNG, panels over rounds, a colour per node:
-- top: held-out greedy accuracy at each evaluation (solid; the solo baseline dashed, when it ran);
+- top: held-out greedy accuracy at each evaluation, one standard error either side (solid; the solo baseline
+  dashed, when it ran);
 - middle, when the task names skills: each node's accuracy on its weakest skill at the start (the
   specialist's carries), swarm solid and solo dashed: where learning from peers shows first;
 - bottom: the node's sampling accuracy (``own_reward``: the mean reward of the completions it generated,
@@ -36,16 +37,17 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
             plot_weakest_skill(axes_list[1], nodes, solo)
         for index, node in enumerate(nodes):
             colour, label = f"C{index % 10}", f"{node.name}: {node.model} ({node.adapter})"
-            held_out.plot([e.round for e in node.evaluations], [e.accuracy for e in node.evaluations], marker="o",
-                          markersize=3, color=colour, label=label)
+            held_out.errorbar([e.round for e in node.evaluations], [e.accuracy for e in node.evaluations],
+                              yerr=_errors(node), marker="o", markersize=3, capsize=2, color=colour, label=label)
             rounds, rewards = moving_average(node)
             sampled.plot(rounds, rewards, color=colour, label=label)
             alone = solo.get(node.name)
             if alone is not None and alone.evaluations:
-                held_out.plot([e.round for e in alone.evaluations], [e.accuracy for e in alone.evaluations],
-                              linestyle="--", color=colour, label=f"{node.name} alone (solo, on-policy)")
+                held_out.errorbar([e.round for e in alone.evaluations], [e.accuracy for e in alone.evaluations],
+                                  yerr=_errors(alone), linestyle="--", capsize=2, color=colour,
+                                  label=f"{node.name} alone (solo, on-policy)")
                 sampled.plot(*moving_average(alone), linestyle="--", color=colour)
-        held_out.set_title(f"{title}: held-out greedy accuracy")
+        held_out.set_title(f"{title}: held-out greedy accuracy (bars: one standard error)")
         held_out.set_ylabel("accuracy")
         sampled.set_title(f"sampling accuracy (own completions, moving average of {SMOOTHING} rounds)")
         sampled.set_ylabel("mean reward")
@@ -61,6 +63,11 @@ def plot_accuracy(path: Path, nodes: Sequence[NodeProgress], solo: Mapping[str, 
     finally:
         plt.close(figure)
     return path
+
+
+def _errors(node: NodeProgress) -> list[float]:
+    """Each evaluation's standard error (0 where its record has none)."""
+    return [e.standard_error or 0.0 for e in node.evaluations]
 
 
 def plot_weakest_skill(axes, nodes: Sequence[NodeProgress], solo: Mapping[str, NodeProgress]) -> None:

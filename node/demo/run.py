@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ftis.node.config import NodeConfig
 from ftis.node.demo.children import Child, Children
-from ftis.node.demo.follow import MetricsFollower, NodeProgress
+from ftis.node.demo.follow import MetricsFollower, NodeProgress, with_start_of
 from ftis.node.demo.launch import (
     NODE_LOG,
     DemoError,
@@ -187,11 +187,13 @@ def _swarm_phase(out: Path, settings: Mapping[str, dict], run_id: str, maddr: st
 
 
 def _solo_phase(out: Path, settings: Mapping[str, dict], run_id: str, maddr: str) -> _Phase:
-    """Each node alone: a run id of its own (it sees no peer), and no waiting for peers."""
+    """Each node alone: a run id of its own (it sees no peer), and no waiting for peers. It starts from the model its
+    swarm twin started from, whose first evaluation is its own (``_report``): it does not evaluate it again."""
     folders = {name: out / SOLO / name for name in settings}
+    over = {"loop": {"mode": "async", "min_peers": 0}, "eval": {"at_start": False}}
     return _Phase(maddr, {name: f"{name}-solo" for name in settings}, folders,
-                  {name: write_node_config(folders[name], settings[name], f"{run_id}-solo-{name}", maddr,
-                                           loop={"mode": "async", "min_peers": 0}) for name in settings})
+                  {name: write_node_config(folders[name], settings[name], f"{run_id}-solo-{name}", maddr, over)
+                   for name in settings})
 
 
 def _run_nodes(config: DemoConfig, nodes: Mapping[str, NodeConfig], phase: _Phase, children: Children, view: View,
@@ -247,6 +249,7 @@ def _report(out: Path, swarm: list[NodeProgress], solo: Mapping[str, NodeProgres
 
     from ftis.node.demo.plot import plot_accuracy
 
+    solo = {node.name: with_start_of(solo[node.name], node) for node in swarm if node.name in solo}
     rows = [summarize(node, solo.get(node.name)) for node in swarm]
     text = headline(rows, solo_ran) + "\n\n" + markdown(rows, solo_ran)
     if sys.stdout.isatty():

@@ -1,7 +1,9 @@
 """The demo's end: per node, held-out accuracy at the start (the warm start, before any GRPO step) and at
 the end, the mean over every evaluation (the area under the curve, steadier than the last point), and,
 when the solo baseline ran, what the same model reached alone on-policy from the same warm start and
-seed in as many rounds. Also what the swarm moved: peers' groups trained on, filtered share, IS weight,
+seed in as many rounds, and the end's lead over it in standard errors of the difference (``end − solo``: the
+two evaluations are independent, so sqrt(se_end² + se_solo²)); the start, the end and the solo end carry their
+own standard error (``0.517 ± 0.029``). Also what the swarm moved: peers' groups trained on, filtered share, IS weight,
 bytes; and each node's utilisation, the share of its wall time spent generating or training (after round 0,
 whose time holds the start-up: ``records/utilisation.py``).
 
@@ -52,12 +54,30 @@ class NodeSummary:
     skill_end: float | None = None
     solo_skill_end: float | None = None
     standard_error: float | None = None  # of one evaluation (the first): the noise of its accuracy figures
+    start_error: float | None = None  # the standard errors of the start, the end and the solo run's end
+    end_error: float | None = None
+    solo_end_error: float | None = None
 
     @property
     def change(self) -> float | None:
         if self.start_accuracy is None or self.end_accuracy is None:
             return None
         return self.end_accuracy - self.start_accuracy
+
+    @property
+    def ahead_of_solo(self) -> float | None:
+        """The end's accuracy minus the solo run's."""
+        if self.end_accuracy is None or self.solo_end_accuracy is None:
+            return None
+        return self.end_accuracy - self.solo_end_accuracy
+
+    @property
+    def ahead_of_solo_errors(self) -> float | None:
+        """``ahead_of_solo`` in standard errors of that difference (two independent evaluations)."""
+        if self.ahead_of_solo is None or self.end_error is None or self.solo_end_error is None:
+            return None
+        error = (self.end_error**2 + self.solo_end_error**2) ** 0.5
+        return self.ahead_of_solo / error if error > 0 else None
 
 
 def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSummary:
@@ -90,6 +110,9 @@ def summarize(swarm: NodeProgress, solo: NodeProgress | None = None) -> NodeSumm
         skill_end=swarm.evaluations[-1].skills.get(weakest) if weakest else None,
         solo_skill_end=solo_skill,
         standard_error=first.standard_error if first is not None else None,
+        start_error=first.standard_error if first is not None else None,
+        end_error=swarm.evaluations[-1].standard_error if swarm.evaluations else None,
+        solo_end_error=solo.evaluations[-1].standard_error if solo is not None and solo.evaluations else None,
     )
 
 
@@ -98,8 +121,9 @@ def headline(rows: Sequence[NodeSummary], solo_ran: bool) -> str:
     errors = [row.standard_error for row in rows if row.standard_error is not None]
     noise = f" One evaluation's standard error is about {100 * max(errors):.1f} points." if errors else ""
     compared = (" beside the same model trained alone (solo) from the same start" if solo_ran else "")
-    return (f"Each node's held-out greedy accuracy before its first GRPO step and after the last, in the swarm"
-            f"{compared}; 'weakest skill' is what it was worst at to begin with.{noise}")
+    lead = " 'end − solo' counts its standard errors (SE)." if solo_ran else ""
+    return (f"Each node's held-out greedy accuracy (± one standard error) before its first GRPO step and after the "
+            f"last, in the swarm{compared}; 'weakest skill' is what it was worst at to begin with.{noise}{lead}")
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -107,22 +131,23 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 HEADERS = ("node", "model", "rounds", "accuracy start", "accuracy end", "change", "mean (all evals)",
-           "solo end", "solo mean", "weakest skill", "skill start", "skill end", "solo skill end",
+           "solo end", "solo mean", "end − solo", "weakest skill", "skill start", "skill end", "solo skill end",
            "peer groups used", "filtered", "IS w", "sent", "recv", "utilisation")
-_SOLO = ("solo end", "solo mean", "solo skill end")
-# The terminal's table: shorter headers, without the rounds (in the title) and the traffic (the live table
-# showed it), so that it fits a 100-column terminal.
+_SOLO = ("solo end", "solo mean", "end − solo", "solo skill end")
+# The terminal's table: shorter headers, without the rounds (in the title), the means and the traffic (the live
+# table showed it), so that it fits a 120-column terminal.
 _TERMINAL = {"node": "node", "model": "model", "accuracy start": "acc\nstart",
-             "accuracy end": "acc\nend", "change": "change", "mean (all evals)": "mean\nacc", "solo end": "solo\nend",
-             "solo mean": "solo\nmean", "weakest skill": "weakest\nskill", "skill end": "skill\nend",
-             "solo skill end": "solo\nskill end", "filtered": "filtered"}
+             "accuracy end": "acc\nend", "change": "change", "solo end": "solo\nend", "end − solo": "end −\nsolo",
+             "weakest skill": "weakest\nskill", "skill end": "skill\nend", "solo skill end": "solo\nskill end",
+             "filtered": "filtered"}
 
 
 def cells(row: NodeSummary) -> dict[str, str]:
     values = [
         row.name, f"{row.model} ({row.adapter})", str(row.rounds),
-        _accuracy(row.start_accuracy), _accuracy(row.end_accuracy), _signed(row.change), _accuracy(row.mean_accuracy),
-        _accuracy(row.solo_end_accuracy), _accuracy(row.solo_mean_accuracy),
+        _accuracy(row.start_accuracy, row.start_error), _accuracy(row.end_accuracy, row.end_error), _signed(row.change),
+        _accuracy(row.mean_accuracy), _accuracy(row.solo_end_accuracy, row.solo_end_error),
+        _accuracy(row.solo_mean_accuracy), _versus(row),
         row.weakest_skill or "-", _accuracy(row.skill_start), _accuracy(row.skill_end), _accuracy(row.solo_skill_end),
         str(row.peer_groups_used),
         "-" if row.filtered_fraction is None else f"{row.filtered_fraction:.0%}",
@@ -160,15 +185,26 @@ def markdown(rows: Sequence[NodeSummary], solo_ran: bool) -> str:
 
 
 def as_json(rows: Sequence[NodeSummary], solo_ran: bool) -> dict[str, Any]:
-    return {"solo_ran": solo_ran, "nodes": [asdict(row) | {"change": row.change} for row in rows]}
+    return {"solo_ran": solo_ran, "nodes": [asdict(row) | {"change": row.change, "ahead_of_solo": row.ahead_of_solo,
+                                                           "ahead_of_solo_errors": row.ahead_of_solo_errors}
+                                            for row in rows]}
 
 
 def _columns(solo_ran: bool) -> list[str]:
     return [header for header in HEADERS if solo_ran or header not in _SOLO]
 
 
-def _accuracy(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+def _accuracy(value: float | None, error: float | None = None) -> str:
+    """``0.517``, or ``0.517 ± 0.029`` with its standard error."""
+    return "-" if value is None else f"{value:.3f}" if error is None else f"{value:.3f} ± {error:.3f}"
+
+
+def _versus(row: NodeSummary) -> str:
+    """``+0.057 (1.4 SE)``: the end above the solo run's, and how many standard errors of the difference that is."""
+    if row.ahead_of_solo is None:
+        return "-"
+    errors = row.ahead_of_solo_errors
+    return _signed(row.ahead_of_solo) + ("" if errors is None else f" ({errors:.1f} SE)")
 
 
 def _signed(value: float | None) -> str:

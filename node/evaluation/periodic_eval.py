@@ -63,16 +63,19 @@ def eval_record(result: EvalResult, round: int, policy_version: int) -> dict[str
 
 
 class EvalSchedule:
-    """Evaluate at the first round asked about, then at the first round past each multiple of ``every``
-    (0: never). A plain round counter would miss multiples that a rounds-mode node jumps over."""
+    """Evaluate at the first round asked about (unless not ``at_start``), then at the first round past each multiple
+    of ``every`` (0: never). A plain round counter would miss multiples that a rounds-mode node jumps over."""
 
-    def __init__(self, every: int):
+    def __init__(self, every: int, at_start: bool = True):
         self.every = every
+        self.at_start = at_start
         self._last: int | None = None
 
     def due(self, round: int) -> bool:
         if self.every == 0:
             return False
+        if self._last is None and not self.at_start:
+            self._last = round  # the first round asked about counts as evaluated
         return self._last is None or round // self.every > self._last // self.every
 
     def done(self, round: int) -> None:
@@ -84,7 +87,7 @@ class PeriodicEval:
 
     def __init__(self, node: RunningNode, echo: Callable[[str], None]):
         settings, generation = node.config.eval, node.config.generation
-        self.schedule = EvalSchedule(settings.every)
+        self.schedule = EvalSchedule(settings.every, settings.at_start)
         self.split = settings.split or (held_out_split(node.task) if settings.every else None)
         self.limit = settings.limit
         self.max_new_tokens = settings.max_new_tokens or generation.max_new_tokens
