@@ -26,6 +26,7 @@ own, and is raised.
 import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -199,7 +200,7 @@ def _loss_inputs(packed: PackedBatch, logprobs: torch.Tensor, per_sequence: bool
     return LossInputs(sampler_logprobs=packed.sampler_logprobs, **common)
 
 
-def _fusable(parameters: list[torch.Tensor]) -> bool:
+def _fusable(parameters: Sequence[torch.Tensor]) -> bool:
     """Whether torch has a fused AdamW for these parameters: floating point, all on one device of a kind it fuses on."""
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
