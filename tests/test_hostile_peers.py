@@ -458,6 +458,22 @@ def test_replayed_batches_are_refused(world):
     assert honest.rejections(bob.peer_id) == {}  # nothing of this is blamed on bob
 
 
+def test_a_batch_stamped_with_the_nodes_own_id_is_refused_and_never_counted_as_its_own(world):
+    # A step measures the node's own samples apart (StepFigures.own_*) and keeps them out of the peers' evidence
+    # (filtered_by_peer), by the groups' peer id: a peer's group that carried the node's own id would hide its
+    # filtering from its score. The intake refuses it first: a batch's body must name the peer it came from.
+    honest, mallory = world.honest, world.mallory
+    honest.flush()
+    delivered, before = honest.delivered(), honest.rejections(mallory.peer_id)
+    posing = digit_batch(honest.peer.peer_id, mallory.next_round, get_dht_time())
+    round_ = mallory.publish(encode(posing)).round
+    world.swarm.wait_until(lambda: delta(honest.rejections(mallory.peer_id), before) == {NOT_AS_ANNOUNCED: 1},
+                           "the honest node has refused the batch in its own name")
+    assert len(mallory.asked(honest.peer.peer_id, round_)) == 1  # fetched once, refused on its body, charged
+    assert honest.delivered() == delivered
+    assert all(received.peer_id != honest.peer.peer_id for received in honest.peer.transport.receive())
+
+
 # --- 5. a flood of announcements ------------------------------------------------------------------------
 
 
