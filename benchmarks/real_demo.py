@@ -2,7 +2,7 @@
 
 Run (from the repo root, after ``ftis-node models fetch --all``):
     python -m benchmarks.real_demo [--config examples/demo-real.toml] [--seeds 0 1 2] [--out runs/real-demo]
-        [--rounds N] [--json FILE]
+        [--rounds N] [--nois] [--json FILE]
 
 Each seed is the demo itself, ``ftis-node demo --config FILE`` as a user runs it (``run_demo``: real processes over
 real hivemind on 127.0.0.1, then each node's solo run from the same start), with ``[common.model] seed`` set to the
@@ -16,6 +16,11 @@ lead over the solo run in standard errors of that difference (sqrt(se_end² + se
 time. Goals (docs/learning.md, "Real models"): every node ≥ +10 points over its start and ≥ 2 standard errors
 above its solo run on every seed; the demo in ≤ 15 minutes on 2 cores from a warm model cache. What misses is
 printed as missed.
+
+``--nois`` runs each seed's swarm a second time with the loss's ``nois`` variant (every sample trained on as if
+the node had drawn it: no importance weight, no filter; no solo runs, ``seed-N-nois``) and prints each node's end
+under both, their difference in standard errors, and the goal: the weakest node (the lowest solo end) ends below
+its F-TIS run without the importance weights.
 """
 
 import argparse
@@ -32,27 +37,32 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "demo-rea
 WALL = "wall.json"  # the benchmark's note beside a seed's summary: the demo's wall time
 
 
-def seed_settings(config: Path, seed: int, rounds: int | None, path: Path) -> Path:
-    """The demo settings of ``config`` with ``[common.model] seed`` (and ``[demo] rounds``) set, written to ``path``."""
+NOIS = {"common": {"loss": {"variant": "nois"}}, "demo": {"solo": False, "run_id": "ftis-real-demo-nois"}}
+
+
+def seed_settings(config: Path, seed: int, rounds: int | None, path: Path, over: dict[str, Any] | None = None) -> Path:
+    """The demo settings of ``config`` with ``[common.model] seed`` (and ``[demo] rounds``, and ``over``) set,
+    written to ``path``."""
     from ftis.node.config.base import merged
     from ftis.node.demo.settings import read_toml
     from ftis.node.demo.toml_file import write_toml
 
-    over: dict[str, Any] = {"common": {"model": {"seed": seed}}}
+    settings = merged(read_toml(config), {"common": {"model": {"seed": seed}}})
     if rounds is not None:
-        over["demo"] = {"rounds": rounds}
+        settings = merged(settings, {"demo": {"rounds": rounds}})
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_toml(path, merged(read_toml(config), over))
+    write_toml(path, merged(settings, over or {}))
     return path
 
 
-def run_seed(config: Path, seed: int, rounds: int | None, folder: Path) -> dict[str, Any]:
+def run_seed(config: Path, seed: int, rounds: int | None, folder: Path,
+             over: dict[str, Any] | None = None) -> dict[str, Any]:
     """One seed's demo (or what an earlier run of it left): its summary and wall time."""
     from ftis.node.demo.run import DemoRequest, run_demo
 
     summary, wall = folder / "summary.json", folder / WALL
     if not summary.exists():
-        settings = seed_settings(config, seed, rounds, folder.parent / f"{folder.name}.toml")
+        settings = seed_settings(config, seed, rounds, folder.parent / f"{folder.name}.toml", over)
         started = time.monotonic()
         result = run_demo(DemoRequest(config=settings, out=folder, view="lines", started=started),
                           echo=lambda line: print(f"[seed {seed}] {line}", flush=True))
@@ -110,6 +120,33 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def nois_report(runs: list[dict[str, Any]], nois_runs: list[dict[str, Any]]) -> str:
+    """Each node's end with F-TIS and with ``nois`` (same seed), and the goal for the weakest node."""
+    lines = ["| seed | node | end, ftis | end, nois | ftis − nois |", "|---|---|---|---|---|"]
+    weakest_below = []
+    for run, nois in zip(runs, nois_runs, strict=True):
+        ends = {node["name"]: node for node in nois["nodes"]}
+        solo_ends = [(node["solo_end_accuracy"], node["name"]) for node in run["nodes"]
+                     if node["solo_end_accuracy"] is not None]
+        weakest = min(solo_ends)[1] if solo_ends else None
+        for node in run["nodes"]:
+            other = ends.get(node["name"])
+            if other is None or node["end_accuracy"] is None or other["end_accuracy"] is None:
+                continue
+            lead = node["end_accuracy"] - other["end_accuracy"]
+            error = (node["end_error"] ** 2 + other["end_error"] ** 2) ** 0.5
+            mark = ""
+            if node["name"] == weakest:
+                weakest_below.append(lead > 0)
+                mark = " (weakest" + ("" if lead > 0 else ": ✗") + ")"
+            end, nois_end = (node["end_accuracy"], node["end_error"]), (other["end_accuracy"], other["end_error"])
+            lines.append(f"| {run['seed']} | {node['name']}{mark} | {_value(end)} | {_value(nois_end)} | "
+                         f"{100 * lead:+.1f} ({lead / error if error else 0.0:.1f} SE) |")
+    lines.append(f"  the weakest node (lowest solo end) below F-TIS without importance weights: "
+                 f"{sum(weakest_below)}/{len(weakest_below)} seeds")
+    return "\n".join(lines)
+
+
 def _mean_error(values: list[float]) -> str:
     if not values:
         return "-"
@@ -126,16 +163,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs") / "real-demo")
     parser.add_argument("--rounds", type=int, default=None, help="override [demo] rounds")
+    parser.add_argument("--nois", action="store_true",
+                        help="also run each seed's swarm with the nois loss variant and compare the ends")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    runs = []
+    runs: list[dict[str, Any]] = []
+    nois_runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         runs.append(run_seed(args.config, seed, args.rounds, args.out / f"seed-{seed}"))
         print(report(runs), flush=True)
+        if args.nois:
+            nois_runs.append(run_seed(args.config, seed, args.rounds, args.out / f"seed-{seed}-nois", NOIS))
+            print(nois_report(runs, nois_runs), flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps(runs, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps({"ftis": runs, "nois": nois_runs}, indent=2) + "\n", encoding="utf-8")
     print(f"command: python -m benchmarks.real_demo --config {args.config} --seeds {' '.join(map(str, args.seeds))} "
-          f"--out {args.out}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+          f"--out {args.out}{' --nois' if args.nois else ''}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
 
 if __name__ == "__main__":

@@ -145,6 +145,21 @@ def test_real_demo_benchmark_reads_each_seeds_summary_and_says_which_goals_each_
         in printed
     assert "wall time 14.0–16.7 min (goal ≤ 15): 1/2 seeds within it" in printed
 
+    nois = load_demo_config(real_demo.seed_settings(real_demo.DEFAULT_CONFIG, 0, None, tmp_path / "n.toml",
+                                                    real_demo.NOIS))
+    assert not nois.demo.solo and {c.loss.variant for c in nois.node_configs().values()} == {"nois"}
+    for seed, ends in ((0, (0.40, 0.20)), (1, (0.46, 0.20))):  # b is the weakest (lowest solo end)
+        folder = tmp_path / "runs" / f"seed-{seed}-nois"
+        folder.mkdir(parents=True)
+        rows = [{"name": name, "end_accuracy": end, "end_error": 0.03} for name, end in zip("ab", ends, strict=True)]
+        (folder / "summary.json").write_text(json.dumps({"solo_ran": False, "nodes": rows}))
+    real_demo.main(["--seeds", "0", "1", "--out", str(tmp_path / "runs"), "--nois"])
+    printed = capsys.readouterr().out
+    assert "| 0 | a | 47.0% ± 3.0 | 40.0% ± 3.0 | +7.0 (1.6 SE) |" in printed
+    assert "| 0 | b (weakest: ✗) | 17.0% ± 3.0 | 20.0% ± 3.0 | -3.0 (-0.7 SE) |" in printed
+    assert "| 1 | b (weakest) | 25.0% ± 3.0 | 20.0% ± 3.0 | +5.0 (1.2 SE) |" in printed
+    assert "below F-TIS without importance weights: 1/2 seeds" in printed
+
 
 @pytest.mark.hivemind
 @pytest.mark.netns

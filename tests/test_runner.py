@@ -58,3 +58,15 @@ def test_join_builds_a_node_from_config_and_writes_metrics(tmp_path):
     assert lines[0].startswith("node solo (tiny-small, full)") and lines[1].startswith("round     0")
     with pytest.raises(RuntimeError, match="closed"):
         node.transport.receive()  # run_node always closes the transport
+
+
+def test_nodes_sharing_a_seed_answer_their_own_prompts_and_a_peer_id_reproduces_its_own():
+    """Every node that keeps the default seed would otherwise draw the same problems each round: the node's
+    generator takes its peer id in, so two peers differ and the same peer id with the same seed repeats."""
+    def first_problems(peer_id: str) -> list[int]:
+        node = make_node(MemoryHub(), peer_id, "tiny-small", "lora", seed=0)
+        return [p.index for p in node.intake.grouping.problems(0)]
+
+    alice, bob, alice_again = first_problems("alice"), first_problems("bob"), first_problems("alice")
+    assert alice == alice_again
+    assert len(set(alice) & set(bob)) == 0

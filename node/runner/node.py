@@ -28,7 +28,7 @@ from ftis.node.models import Policy
 from ftis.node.records.round_report import RoundReport
 from ftis.node.records.utilisation import Stopwatch
 from ftis.node.runner.helper_threads import HelperThreads
-from ftis.node.runner.rng import RngState
+from ftis.node.runner.rng import RngState, node_rng
 from ftis.node.swarm.transport import Transport
 from ftis.node.tasks import Problem, Task
 from ftis.node.tasks.prompts import policy_prompter
@@ -89,7 +89,7 @@ class Node:
         self.trainer = Trainer(policy.model, policy.adapter, config.loss, config.trainer,
                                pad_id=policy.tokenizer.pad_token_id or 0)
         self.round = 0
-        self._rng = np.random.default_rng([config.model.seed, 1])
+        self._rng = node_rng(config.model.seed, transport.peer_id)
         embedding_rows = int(policy.model.get_input_embeddings().weight.shape[0])
         self._vocab_size = max(len(policy.tokenizer), embedding_rows)  # what this node's batches declare
         generation = config.generation

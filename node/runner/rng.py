@@ -1,14 +1,19 @@
 """The random states a node's rounds draw from, captured and restored together.
 
-    state = RngState.capture(node_rng)   # the Node's numpy generator + python, torch CPU and CUDA
-    state.restore(node_rng)              # later, or in a resumed process
+    rng = node_rng(config.model.seed, transport.peer_id)
+    state = RngState.capture(rng)   # the Node's numpy generator + python, torch CPU and CUDA
+    state.restore(rng)              # later, or in a resumed process
 
 The node's own numpy generator picks the problems and the generation seed of every round, so it alone
-decides what the next round samples; the global generators (python ``random``, torch's CPU and CUDA
+decides what the next round samples. It is seeded by the node's seed *and* its peer id: two nodes with the
+same seed (every node that keeps the default) would otherwise answer the same prompts every round, and two
+nodes of one model would sample the same completions; a node's peer id is its own (and stays across restarts
+with ``[swarm] identity_path``). The global generators (python ``random``, torch's CPU and CUDA
 ones) are captured as well so that any library code that draws from them also continues where it was.
 ``numpy`` and ``python`` are plain JSON-ready values; the torch states are byte tensors.
 """
 
+import hashlib
 import random
 import warnings
 from dataclasses import dataclass
@@ -16,6 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+def node_rng(seed: int, peer_id: str) -> np.random.Generator:
+    """The node's generator: from its seed and 64 bits of a hash of its peer id."""
+    digest = hashlib.blake2b(peer_id.encode(), digest_size=8).digest()
+    return np.random.default_rng([seed, 1, int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")])
 
 
 class CudaRngNotRestored(UserWarning):
