@@ -19,8 +19,8 @@ printed as missed.
 
 ``--nois`` runs each seed's swarm a second time with the loss's ``nois`` variant (every sample trained on as if
 the node had drawn it: no importance weight, no filter; no solo runs, ``seed-N-nois``) and prints each node's end
-under both, their difference in standard errors, and the goal: the weakest node (the lowest solo end) ends below
-its F-TIS run without the importance weights.
+under both, their difference in standard errors, and the goal: the weakest node (the lowest end with F-TIS) ends
+below its F-TIS run without the importance weights.
 """
 
 import argparse
@@ -126,9 +126,8 @@ def nois_report(runs: list[dict[str, Any]], nois_runs: list[dict[str, Any]]) -> 
     weakest_below = []
     for run, nois in zip(runs, nois_runs, strict=True):
         ends = {node["name"]: node for node in nois["nodes"]}
-        solo_ends = [(node["solo_end_accuracy"], node["name"]) for node in run["nodes"]
-                     if node["solo_end_accuracy"] is not None]
-        weakest = min(solo_ends)[1] if solo_ends else None
+        swarm_ends = [(node["end_accuracy"], node["name"]) for node in run["nodes"] if node["end_accuracy"] is not None]
+        weakest = min(swarm_ends)[1] if swarm_ends else None
         for node in run["nodes"]:
             other = ends.get(node["name"])
             if other is None or node["end_accuracy"] is None or other["end_accuracy"] is None:
@@ -142,7 +141,7 @@ def nois_report(runs: list[dict[str, Any]], nois_runs: list[dict[str, Any]]) -> 
             end, nois_end = (node["end_accuracy"], node["end_error"]), (other["end_accuracy"], other["end_error"])
             lines.append(f"| {run['seed']} | {node['name']}{mark} | {_value(end)} | {_value(nois_end)} | "
                          f"{100 * lead:+.1f} ({lead / error if error else 0.0:.1f} SE) |")
-    lines.append(f"  the weakest node (lowest solo end) below F-TIS without importance weights: "
+    lines.append(f"  the weakest node (lowest end with F-TIS) below F-TIS without importance weights: "
                  f"{sum(weakest_below)}/{len(weakest_below)} seeds")
     return "\n".join(lines)
 

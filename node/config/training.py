@@ -120,6 +120,11 @@ class TrainerConfig(Section):
         "whole advantage groups where they fit; one larger than this is split into parts of its rows (its advantages "
         "computed over the whole first), so no pass is larger, whatever a peer's group holds."
     )
+    autocast: Literal["off", "bfloat16"] = Field(
+        "off", description="bfloat16: the step's matrix products in the decoder run in bfloat16 (torch.autocast), "
+        "where a CPU with bfloat16 kernels or a GPU runs them 2-3x faster; the weights, their gradients, the "
+        "optimizer's moments, the residual stream and the output layer's logits stay in float32 (docs/node.md)."
+    )
     gradient_checkpointing: bool = Field(
         False, description="Recompute each layer's activations in the backward pass instead of keeping them: for a "
         "group whose activations do not fit (long completions). Each completion then computes its prompt again, and "

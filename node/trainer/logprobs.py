@@ -72,7 +72,8 @@ class OutputLayer:
     config: Any = field(repr=False)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        logits = _at_least_float32(self.output(hidden))  # (n, V)
+        with torch.autocast(hidden.device.type, enabled=False):  # the logits' products in the weights' own dtype
+            logits = _at_least_float32(self.output(hidden.to(_weight_dtype(self.output))))  # (n, V)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -255,6 +256,10 @@ def _from_full_logits(model: nn.Module, batch: PackedBatch, device: torch.device
     rows = torch.arange(logits.shape[0], device=device)[:, None]  # (B, 1)
     at_targets = logits[rows, batch.target_index.to(device)][batch.loss_mask.to(device)]  # (n, V)
     return _chunked(_at_least_float32, False, at_targets.shape[-1], at_targets, targets, temperature)
+
+
+def _weight_dtype(module: nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
 
 
 def _at_least_float32(logits: Tensor) -> Tensor:

@@ -27,6 +27,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -133,7 +134,8 @@ class Trainer:
         sums = LossSums()
         for micro in micro_batches(gathered, self._config.max_tokens_per_microbatch, self._shared_prompts):
             packed = pack(micro.groups, self._pad_id)
-            logprobs = completion_logprobs(self.model, packed, self._shared_prompts)
+            with self._products():
+                logprobs = completion_logprobs(self.model, packed, self._shared_prompts)
             out = compute_loss(self._loss.variant, _loss_inputs(packed, logprobs, micro.per_sequence), params)
             share = float(out.figures.num_sequences) / total
             (out.loss * share).backward()
@@ -144,6 +146,12 @@ class Trainer:
             sums.add_own(logprobs, packed.sampler_logprobs, packed.loss_mask, own, packed.off_policy,
                          out.divergence_filtered | out.implausible)
         return sums
+
+    def _products(self) -> AbstractContextManager[Any]:
+        """The forward pass's precision: float32, or the decoder's products in bfloat16 (``[trainer] autocast``)."""
+        if self._config.autocast == "off":
+            return nullcontext()
+        return torch.autocast(self.parameters[0].device.type, dtype=torch.bfloat16)
 
     def _nonfinite_peers(self, kept: list[list[TrainingGroup]], params) -> list[str]:
         """The peers whose advantage groups, trained on alone, give a loss or a gradient that is not finite, or
